@@ -1,0 +1,37 @@
+# The README's quick start: `make run` (set up, then run the pipeline locally) and
+# `make test` (set up, then lint and run the tests). Both create .venv on first use.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# CPU wheel by default (CI, laptops); on a GPU host: make run TORCH=torch (a CUDA build).
+TORCH  ?= torch==2.13.0
+RUN_ARGS ?=
+
+.PHONY: setup run test lint compile bench clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+run: setup
+	$(VENV)/bin/draslice run $(RUN_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+# pytest exits 5 when it collected no test: that fails this target, as it should.
+test: lint
+	$(VENV)/bin/pytest
+
+compile: setup
+	$(VENV)/bin/draslice compile
+
+bench: setup
+	$(PY) benchmarks/local_run.py
+
+clean:
+	rm -rf $(VENV) runs build dist *.egg-info

@@ -1,0 +1,1 @@
+"""Cluster side: what preflight checks before a slice is claimed, and what an admin installs."""

@@ -1,0 +1,3 @@
+from draslice.components.gate.component import gate
+
+__all__ = ["gate"]

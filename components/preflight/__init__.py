@@ -1,0 +1,3 @@
+from draslice.components.preflight.component import preflight
+
+__all__ = ["preflight"]

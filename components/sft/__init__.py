@@ -1,0 +1,3 @@
+from draslice.components.sft.component import sft
+
+__all__ = ["sft"]

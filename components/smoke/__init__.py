@@ -1,0 +1,3 @@
+from draslice.components.smoke.component import smoke
+
+__all__ = ["smoke"]

@@ -1,0 +1,3 @@
+from draslice.components.validate.component import validate
+
+__all__ = ["validate"]

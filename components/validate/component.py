@@ -1,0 +1,75 @@
+"""Validate: one verdict on the fine-tune, and the report the KFP UI shows."""
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import HTML, Artifact, Input, Markdown, Metrics, Model, Output
+
+from draslice.components.image import TRAINER_IMAGE
+
+
+@dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
+def validate(
+    adapter: Input[Model],
+    train_log: Input[Artifact],
+    slice_total_mem_gib: float,
+    peak_mem_gib: float,
+    device_json: str,
+    claim_template: str,
+    claim_mode: str,
+    metrics: Output[Metrics],
+    report: Output[HTML],
+    summary: Output[Markdown],
+    memory_headroom: float = 0.1,
+    min_loss_drop: float = 0.3,
+) -> NamedTuple("ValidateOutputs", verdict=str, passed=bool):
+    """Checks memory, learning and the adapter; writes the report. Never fails the step on
+    a FAIL verdict (the report must still reach the UI): the pipeline's gate does that.
+
+    Runs on the CPU without a claim: the adapter check compares fp32 logits, and holding a
+    slice only to write a report would keep it from the next job.
+
+    Args:
+        adapter: The SFT step's adapter.
+        train_log: The SFT step's per-step JSON-lines metrics.
+        slice_total_mem_gib: Memory of the slice the SFT ran in.
+        peak_mem_gib: The SFT's peak memory.
+        device_json: The SFT's device facts (JSON) for the report.
+        claim_template: ResourceClaimTemplate the GPU steps claimed.
+        claim_mode: How the claim reached the pods (``policy`` or ``native``).
+        metrics: Scalars for the KFP UI.
+        report: HTML report: loss curve, memory against the slice, device and claim.
+        summary: Markdown summary with the verdict and its reasons.
+        memory_headroom: Fraction of the slice kept free (CUDA context, workspaces).
+        min_loss_drop: Fraction by which the loss must have fallen.
+
+    Returns:
+        verdict: ``PASS`` or ``FAIL`` followed by one reason per check.
+        passed: Whether every check passed.
+    """
+    import json
+    from collections import namedtuple
+
+    from draslice.trainer import report as rep
+    from draslice.trainer.validate import read_losses
+    from draslice.trainer.validate import validate as run_validate
+
+    verdict = run_validate(
+        model_dir=adapter.path,
+        metrics_path=train_log.path,
+        slice_total_mem_gib=slice_total_mem_gib,
+        peak_mem_gib=peak_mem_gib,
+        memory_headroom=memory_headroom,
+        min_loss_drop=min_loss_drop,
+    )
+    device = json.loads(device_json)
+    claim = {"template": claim_template, "mode": claim_mode}
+    with open(report.path, "w") as f:
+        f.write(rep.render_html(verdict, read_losses(train_log.path), device, claim))
+    with open(summary.path, "w") as f:
+        f.write(rep.render_markdown(verdict, device, claim))
+    for name, value in verdict.figures.items():
+        metrics.log_metric(name, round(float(value), 6))
+    metrics.log_metric("passed", float(verdict.passed))
+    print(verdict.text())
+    return namedtuple("ValidateOutputs", ["verdict", "passed"])(verdict.text(), verdict.passed)

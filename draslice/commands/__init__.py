@@ -1,0 +1,1 @@
+"""One module per ``draslice`` subcommand (or group of subcommands)."""

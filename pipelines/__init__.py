@@ -1,0 +1,1 @@
+"""Pipelines, the claim binding, and the compiled variants users upload."""

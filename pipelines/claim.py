@@ -1,0 +1,61 @@
+"""How a GPU task's pod gets its DRA claim: the one place that decides it.
+
+Two modes, one resulting pod (DESIGN.md):
+
+- ``policy`` (default, any KFP 2.x backend): the task gets the pod label
+  ``draslice.dev/claim-template: <template>`` through kfp-kubernetes (it lands on executor
+  pods only), and a cluster admission policy adds ``spec.resourceClaims`` and the ``main``
+  container's ``resources.claims`` at pod CREATE.
+- ``native`` (KFP backends that ship kubeflow/pipelines#14243): the executor's platform spec
+  gets ``podResourceClaims: [{resourceClaimTemplateName: <template>}]``, the shape upstream's
+  ``kfp.kubernetes.add_resource_claim`` emits. A KFP 2.17 backend accepts the upload but
+  rejects the run ("unknown field podResourceClaims"), so this is never the default.
+
+Either way the pod claim is named after the template and ``main`` consumes it; no
+``nvidia.com/gpu`` limit is set anywhere.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from kfp import kubernetes
+from kfp.dsl import PipelineTask
+
+from draslice.cluster.names import validate_template_name
+from draslice.trainer.errors import InvalidParameter
+
+CLAIM_LABEL = "draslice.dev/claim-template"
+NATIVE_FIELD = "podResourceClaims"
+
+
+class ClaimMode(str, Enum):
+    POLICY = "policy"
+    NATIVE = "native"
+
+    @classmethod
+    def parse(cls, value: str | ClaimMode) -> ClaimMode:
+        try:
+            return cls(value)
+        except ValueError as err:
+            raise InvalidParameter(
+                "claim_mode", value, "must be 'policy' (any KFP 2.x) or 'native' (KFP with #14243)"
+            ) from err
+
+
+def bind_claim(task: PipelineTask, template: str, mode: str | ClaimMode) -> PipelineTask:
+    """Give ``task``'s pod the claim on ``template`` in ``mode``.
+
+    Call it last among a task's kfp-kubernetes settings: in native mode it writes a field the
+    released kfp-kubernetes protos do not know, and they refuse to re-read it.
+    """
+    validate_template_name(template)
+    mode = ClaimMode.parse(mode)
+    if mode is ClaimMode.POLICY:
+        return kubernetes.add_pod_label(task, CLAIM_LABEL, template)
+    config = task.platform_config.setdefault("kubernetes", {})
+    claims = config.setdefault(NATIVE_FIELD, [])
+    entry = {"resourceClaimTemplateName": template}
+    if entry not in claims:
+        claims.append(entry)
+    return task

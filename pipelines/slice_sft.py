@@ -1,0 +1,127 @@
+"""The main pipeline, ``preflight -> smoke -> sft -> validate -> gate``, and its canary.
+
+The claim template and claim mode are fixed when compiling (pod labels and platform specs are
+static in KFP), so each is a factory that returns a pipeline for one template and mode. Only
+``smoke`` and ``sft`` claim the slice: preflight must answer without one, and validate/gate
+work on files.
+
+No ``from __future__ import annotations`` here: kfp reads the pipeline signature's types.
+"""
+
+
+from collections.abc import Callable
+
+from kfp import dsl
+
+from draslice.cluster.names import validate_template_name
+from draslice.components.gate import gate
+from draslice.components.preflight import preflight
+from draslice.components.sft import sft
+from draslice.components.smoke import smoke
+from draslice.components.validate import validate
+from draslice.pipelines.claim import ClaimMode, bind_claim
+
+DEFAULT_TEMPLATE = "mig-1g-6gb"
+READY = "ready"
+
+
+def pipeline_name(kind: str, template: str, mode: ClaimMode) -> str:
+    suffix = "" if mode is ClaimMode.POLICY else f"-{mode.value}"
+    return f"draslice-{kind}-{template}{suffix}"
+
+
+def _checks(claim_template: str, on_missing_dra: str):
+    pre = preflight(claim_template=claim_template, on_missing_dra=on_missing_dra)
+    pre.set_caching_options(False)  # it reports on the cluster as it is now
+    pre.set_display_name("preflight")
+    return pre
+
+
+def _smoke(template: str, mode: ClaimMode, device: str, slice_memory_gib: float):
+    task = smoke(device=device, slice_memory_gib=slice_memory_gib)
+    task.set_caching_options(False)  # a cached smoke proves nothing about today's slice
+    task.set_display_name("smoke matmul")
+    return bind_claim(task, template, mode)
+
+
+def build_sft_pipeline(
+    template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.POLICY
+) -> Callable:
+    """The seed guide's flow as a KFP pipeline whose GPU tasks claim ``template``."""
+    validate_template_name(template)
+    mode = ClaimMode.parse(mode)
+
+    @dsl.pipeline(
+        name=pipeline_name("sft", template, mode),
+        description=(
+            f"LoRA SFT on a DRA GPU slice (claim template {template}, claim mode {mode.value}): "
+            "preflight, smoke matmul, fine-tune, validate."
+        ),
+    )
+    def slice_sft(
+        on_missing_dra: str = "skip",
+        device: str = "auto",
+        precision: str = "auto",
+        slice_memory_gib: float = 0.0,
+        steps: int = 30,
+        batch_size: int = 8,
+        seq_len: int = 64,
+        learning_rate: float = 3e-3,
+        lora_r: int = 8,
+        lora_alpha: int = 16,
+        lora_targets: str = "c_attn,c_proj,c_fc",
+        seed: int = 0,
+        memory_headroom: float = 0.1,
+        min_loss_drop: float = 0.3,
+    ):
+        pre = _checks(template, on_missing_dra)
+        with dsl.If(pre.outputs["decision"] == READY, name="slice-available"):
+            smoke_task = _smoke(template, mode, device, slice_memory_gib)
+            train = sft(
+                device=device,
+                precision=precision,
+                slice_memory_gib=slice_memory_gib,
+                steps=steps,
+                batch_size=batch_size,
+                seq_len=seq_len,
+                learning_rate=learning_rate,
+                lora_r=lora_r,
+                lora_alpha=lora_alpha,
+                lora_targets=lora_targets,
+                seed=seed,
+            ).after(smoke_task)
+            train.set_display_name("LoRA SFT")
+            bind_claim(train, template, mode)
+            check = validate(
+                adapter=train.outputs["adapter"],
+                train_log=train.outputs["train_log"],
+                slice_total_mem_gib=train.outputs["slice_total_mem_gib"],
+                peak_mem_gib=train.outputs["peak_mem_gib"],
+                device_json=train.outputs["device_json"],
+                claim_template=template,
+                claim_mode=mode.value,
+                memory_headroom=memory_headroom,
+                min_loss_drop=min_loss_drop,
+            )
+            gate(verdict=check.outputs["verdict"], passed=check.outputs["passed"])
+
+    return slice_sft
+
+
+def build_canary_pipeline(
+    template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.POLICY
+) -> Callable:
+    """``preflight -> smoke``: a cheap recurring check that a slice can be had and computes."""
+    validate_template_name(template)
+    mode = ClaimMode.parse(mode)
+
+    @dsl.pipeline(
+        name=pipeline_name("canary", template, mode),
+        description=f"Canary for DRA GPU slices of claim template {template}: preflight, smoke.",
+    )
+    def slice_canary(on_missing_dra: str = "skip", device: str = "auto"):
+        pre = _checks(template, on_missing_dra)
+        with dsl.If(pre.outputs["decision"] == READY, name="slice-available"):
+            _smoke(template, mode, device, 0.0)
+
+    return slice_canary

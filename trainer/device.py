@@ -1,0 +1,184 @@
+"""What the pod sees: the device, its memory, whether it is a MIG slice, and the slice cap.
+
+Inside a DRA-allocated pod the claim decides what CUDA shows: a MIG slice appears as one
+device whose total memory is the slice's own (``1g.6gb`` reports ~5.75 GiB); a time-sliced or
+MPS-shared GPU appears whole. On a big local GPU, :func:`apply_slice_cap` emulates a slice by
+capping this process's CUDA allocator, so the same budget checks run before any cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+
+import torch
+
+from draslice.trainer.errors import InvalidParameter
+from draslice.trainer.loglines import GIB, gib
+
+DEVICE_CHOICES = "'auto', 'cpu', 'cuda' or 'cuda:N'"
+PRECISION_CHOICES = ("auto", "bf16", "fp32")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """Facts about the device one task runs on; serialisable for reports and metrics."""
+
+    cuda_available: bool
+    device: str
+    name: str
+    total_mem_gib: float
+    """Memory this process may use: the slice cap if one is set, else the device's total."""
+    physical_mem_gib: float
+    is_mig: bool
+    slice_cap_gib: float | None
+    nvidia_smi: str | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def resolve_device(spec: str) -> torch.device:
+    """Turn ``auto``/``cpu``/``cuda``/``cuda:N`` into a device that exists, or fail clearly."""
+    spec = (spec or "auto").strip().lower()
+    if spec == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    if spec == "cpu":
+        return torch.device("cpu")
+    if spec == "cuda" or spec.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise InvalidParameter(
+                "device", spec, "no CUDA device is visible here; use 'cpu' or 'auto'"
+            )
+        index = 0
+        if spec != "cuda":
+            try:
+                index = int(spec.split(":", 1)[1])
+            except ValueError as err:
+                raise InvalidParameter("device", spec, f"must be {DEVICE_CHOICES}") from err
+        count = torch.cuda.device_count()
+        if not 0 <= index < count:
+            raise InvalidParameter("device", spec, f"CUDA device index must be 0..{count - 1}")
+        return torch.device(f"cuda:{index}")
+    raise InvalidParameter("device", spec, f"must be {DEVICE_CHOICES}")
+
+
+def resolve_precision(spec: str, device: torch.device) -> str:
+    """``auto`` is bf16 on a CUDA device that supports it and fp32 everywhere else."""
+    spec = (spec or "auto").strip().lower()
+    if spec not in PRECISION_CHOICES:
+        raise InvalidParameter("precision", spec, f"must be one of {', '.join(PRECISION_CHOICES)}")
+    if spec == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return "bf16"
+        return "fp32"
+    if spec == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise InvalidParameter("precision", spec, "this CUDA device has no bf16; use fp32 or auto")
+    return spec
+
+
+def nvidia_smi_list() -> str | None:
+    """``nvidia-smi -L`` output, or None where the binary is absent (CPU nodes, CI)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"nvidia-smi -L failed: {err}"
+    return (done.stdout or done.stderr).strip()
+
+
+def _looks_like_mig(name: str, smi: str | None) -> bool:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "") + os.environ.get(
+        "NVIDIA_VISIBLE_DEVICES", ""
+    )
+    return " MIG " in f" {name} " or "MIG-" in visible or bool(smi and "MIG " in smi)
+
+
+def apply_slice_cap(device: torch.device, slice_memory_gib: float) -> float | None:
+    """Cap this process's CUDA memory to ``slice_memory_gib`` GiB (0 = no cap).
+
+    Uses ``torch.cuda.set_per_process_memory_fraction``: the caching allocator then raises
+    out-of-memory at the cap, as a MIG slice of that size would.
+    """
+    if not check_slice_cap(device, slice_memory_gib):
+        return None
+    total = torch.cuda.get_device_properties(device).total_memory
+    torch.cuda.set_per_process_memory_fraction(slice_memory_gib * GIB / total, device)
+    return float(slice_memory_gib)
+
+
+def check_slice_cap(device: torch.device, slice_memory_gib: float) -> bool:
+    """Whether a cap is asked for; raise if it cannot be applied on ``device``."""
+    if not slice_memory_gib:
+        return False
+    if slice_memory_gib < 0:
+        raise InvalidParameter("slice_memory_gib", slice_memory_gib, "must be > 0, or 0 for no cap")
+    if device.type != "cuda":
+        raise InvalidParameter(
+            "slice_memory_gib",
+            slice_memory_gib,
+            "emulating a slice caps CUDA memory and needs a CUDA device; this run is on the CPU",
+        )
+    total = torch.cuda.get_device_properties(device).total_memory
+    if slice_memory_gib * GIB > total:
+        raise InvalidParameter(
+            "slice_memory_gib",
+            slice_memory_gib,
+            f"must be at most the device's memory, {gib(total)} GiB",
+        )
+    return True
+
+
+def host_memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def describe(device: torch.device, slice_cap_gib: float | None = None) -> DeviceInfo:
+    """Describe ``device`` truthfully; on the CPU it says there is no CUDA device."""
+    smi = nvidia_smi_list()
+    if device.type != "cuda":
+        host = gib(host_memory_bytes())
+        return DeviceInfo(
+            cuda_available=torch.cuda.is_available(),
+            device="cpu",
+            name="cpu (no CUDA device)" if not torch.cuda.is_available() else "cpu",
+            total_mem_gib=host,
+            physical_mem_gib=host,
+            is_mig=False,
+            slice_cap_gib=None,
+            nvidia_smi=smi,
+        )
+    props = torch.cuda.get_device_properties(device)
+    physical = gib(props.total_memory)
+    return DeviceInfo(
+        cuda_available=True,
+        device=str(device),
+        name=props.name,
+        total_mem_gib=slice_cap_gib if slice_cap_gib else physical,
+        physical_mem_gib=physical,
+        is_mig=_looks_like_mig(props.name, smi),
+        slice_cap_gib=slice_cap_gib,
+        nvidia_smi=smi,
+    )
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak memory this process held on ``device``.
+
+    CUDA: the caching allocator's peak *reserved* bytes, which is what counts against a slice
+    (and what the emulated cap limits). CPU: the process's peak resident set size.
+    """
+    if device.type == "cuda":
+        return torch.cuda.max_memory_reserved(device)
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)

@@ -1,0 +1,41 @@
+"""Errors that reach a user as one clear message instead of a traceback.
+
+The command line and the components catch :class:`DrasliceError` and print its message;
+anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class DrasliceError(Exception):
+    """Base class: the message is complete and meant for the user."""
+
+    exit_code = 2
+
+
+class InvalidParameter(DrasliceError, ValueError):
+    """A parameter is outside its valid range; raised before any work starts."""
+
+    def __init__(self, name: str, value: object, valid: str) -> None:
+        self.name = name
+        self.value = value
+        self.valid = valid
+        super().__init__(f"invalid {name}={value!r}: {valid}")
+
+
+class SliceOutOfMemory(DrasliceError):
+    """The job needed more memory than the slice has."""
+
+    exit_code = 3
+
+
+class TrainingDiverged(DrasliceError):
+    """The loss became NaN or infinite; training stopped."""
+
+    exit_code = 4
+
+
+class ValidationFailed(DrasliceError):
+    """The validate step's verdict was FAIL."""
+
+    exit_code = 1

@@ -1,0 +1,62 @@
+"""Every log-line format draslice prints, in one place.
+
+The seed's e2e script and users' log alerts grep these lines (``DRA LoRA SFT on GPU slice: OK``
+above all), so they are defined once here and nowhere else.
+"""
+
+from __future__ import annotations
+
+GIB = 1024**3
+
+SFT_OK_GPU = "DRA LoRA SFT on GPU slice: OK"
+SFT_OK_CPU = "LoRA SFT on CPU: OK"
+MATMUL_OK = "matmul_on_slice: OK"
+MATMUL_FAIL = "matmul_on_slice: FAIL"
+
+
+def gib(nbytes: float) -> float:
+    """Bytes to GiB, rounded as the seed prints them."""
+    return round(nbytes / GIB, 2)
+
+
+def smoke_lines(cuda_available: bool, device_name: str, total_mem_gib: float) -> list[str]:
+    """The seed smoke pod's lines, in its order."""
+    return [
+        f"cuda_available: {cuda_available}",
+        f"device: {device_name}",
+        f"slice_total_mem_GiB: {total_mem_gib:.2f}",
+    ]
+
+
+def matmul_line(ok: bool) -> str:
+    return MATMUL_OK if ok else MATMUL_FAIL
+
+
+def slice_device(device_name: str, total_mem_gib: float) -> str:
+    return f"[slice] device={device_name} total_mem={total_mem_gib:.2f} GiB"
+
+
+def slice_peak(peak_mem_gib: float) -> str:
+    return f"[slice] peak_mem={peak_mem_gib:.2f} GiB"
+
+
+def trainable_params(trainable: int, total: int) -> str:
+    """The line peft's ``print_trainable_parameters`` prints, formatted by us."""
+    pct = 100.0 * trainable / total if total else 0.0
+    return (
+        f"trainable params: {trainable:,} || all params: {total:,} || trainable%: {pct:.4f}"
+    )
+
+
+def step_loss(step: int, loss: float, tokens_per_s: float) -> str:
+    return f"{{'loss': {loss:.4f}, 'step': {step}, 'tokens_per_s': {tokens_per_s:.0f}}}"
+
+
+def sft_ok(on_cuda: bool) -> str:
+    """The final line: the GPU form only when it truly ran on a CUDA device."""
+    return SFT_OK_GPU if on_cuda else SFT_OK_CPU
+
+
+def verdict(passed: bool, reasons: list[str]) -> str:
+    head = "verdict: PASS" if passed else "verdict: FAIL"
+    return "\n".join([head, *(f"  - {r}" for r in reasons)])

@@ -1,0 +1,146 @@
+"""The validate step: one verdict, with a reason for every check.
+
+Checks, each able to fail:
+1. memory: the SFT's peak stayed inside the slice's budget (``budget.fits``);
+2. learning: the loss, read back from the per-step metrics, fell by at least a fraction;
+3. adapter: the saved adapter, loaded onto a freshly built base, reproduces the trained
+   model's logits on a fixed batch — and does change the base's logits (an all-zero adapter
+   would "reproduce" nothing).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from peft import PeftModel
+
+from draslice.trainer import budget, loglines
+from draslice.trainer.errors import DrasliceError, InvalidParameter
+from draslice.trainer.model import build_base
+from draslice.trainer.sft import ADAPTER_DIR, REFERENCE_FILE, RUN_FILE, SFTConfig, loss_drop
+
+LOGITS_ATOL = 1e-3
+LOGITS_RTOL = 1e-3
+
+
+@dataclass
+class Check:
+    name: str
+    passed: bool
+    detail: str
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    checks: list[Check] = field(default_factory=list)
+    figures: dict = field(default_factory=dict)
+
+    @property
+    def reasons(self) -> list[str]:
+        return [f"{'ok' if c.passed else 'FAILED'} {c.name}: {c.detail}" for c in self.checks]
+
+    def text(self) -> str:
+        return loglines.verdict(self.passed, self.reasons)
+
+    def to_dict(self) -> dict:
+        return {"passed": self.passed, "checks": [asdict(c) for c in self.checks],
+                "figures": self.figures}
+
+
+def read_losses(metrics_path: str | Path) -> list[float]:
+    """Losses from the SFT's JSON-lines metrics; a malformed line is named by number."""
+    path = Path(metrics_path)
+    if not path.is_file():
+        raise DrasliceError(f"{path}: metrics file not found (the SFT step writes it)")
+    losses = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            losses.append(float(json.loads(line)["loss"]))
+        except (ValueError, KeyError, TypeError) as err:
+            raise DrasliceError(
+                f"{path}:{number}: expected a JSON object with a numeric 'loss' ({err})"
+            ) from err
+    if not losses:
+        raise DrasliceError(f"{path}: no training steps recorded")
+    return losses
+
+
+def check_memory(peak_gib: float, slice_gib: float, headroom: float) -> Check:
+    limit = budget.budget_gib(slice_gib, headroom)
+    ok = budget.fits(peak_gib, slice_gib, headroom)
+    return Check(
+        "memory",
+        ok,
+        f"peak {peak_gib:.2f} GiB {'<=' if ok else '>'} {limit:.2f} GiB "
+        f"(slice {slice_gib:.2f} GiB less {headroom:.0%} headroom)",
+    )
+
+
+def check_learning(losses: list[float], min_loss_drop: float) -> tuple[Check, dict]:
+    initial, final, drop = loss_drop(losses)
+    ok = drop >= min_loss_drop
+    detail = f"loss {initial:.3f} -> {final:.3f}, fell {drop:.1%} (need >= {min_loss_drop:.0%})"
+    return Check("loss", ok, detail), {"initial_loss": initial, "final_loss": final,
+                                       "loss_drop": drop}
+
+
+def check_adapter(model_dir: str | Path) -> tuple[Check, dict]:
+    model_dir = Path(model_dir)
+    for needed in (RUN_FILE, REFERENCE_FILE, ADAPTER_DIR):
+        if not (model_dir / needed).exists():
+            return Check("adapter", False, f"{model_dir / needed} is missing"), {}
+    cfg = SFTConfig.from_dict(json.loads((model_dir / RUN_FILE).read_text())["config"])
+    ref = torch.load(model_dir / REFERENCE_FILE, map_location="cpu", weights_only=True)
+    base = build_base(cfg.shape, cfg.seed).eval()
+    with torch.no_grad():
+        base_logits = base(input_ids=ref["input_ids"]).logits.float()
+    reloaded = PeftModel.from_pretrained(base, model_dir / ADAPTER_DIR).eval()
+    with torch.no_grad():
+        logits = reloaded(input_ids=ref["input_ids"]).logits.float()
+    diff = float((logits - ref["logits"]).abs().max())
+    effect = float((ref["logits"] - base_logits).abs().max())
+    same = torch.allclose(logits, ref["logits"], atol=LOGITS_ATOL, rtol=LOGITS_RTOL)
+    changes = effect > 10 * LOGITS_ATOL
+    detail = (
+        f"reloaded onto a fresh base: max |logit diff| {diff:.2e} (atol {LOGITS_ATOL:.0e}); "
+        f"the adapter moves the base's logits by up to {effect:.3f}"
+    )
+    if not changes:
+        detail += " — too little: the adapter has no effect"
+    return Check("adapter", bool(same and changes), detail), {
+        "adapter_max_logit_diff": diff,
+        "adapter_effect": effect,
+    }
+
+
+def validate(
+    model_dir: str | Path,
+    metrics_path: str | Path,
+    slice_total_mem_gib: float,
+    peak_mem_gib: float,
+    memory_headroom: float = budget.DEFAULT_HEADROOM,
+    min_loss_drop: float = 0.3,
+) -> Verdict:
+    budget.check_headroom(memory_headroom)
+    if not 0.0 <= min_loss_drop < 1.0:
+        raise InvalidParameter("min_loss_drop", min_loss_drop, "must be a fraction in [0, 1)")
+    if slice_total_mem_gib <= 0:
+        raise InvalidParameter("slice_total_mem_gib", slice_total_mem_gib, "must be > 0")
+    memory = check_memory(peak_mem_gib, slice_total_mem_gib, memory_headroom)
+    learning, learn_figures = check_learning(read_losses(metrics_path), min_loss_drop)
+    adapter, adapter_figures = check_adapter(model_dir)
+    checks = [memory, learning, adapter]
+    figures = {
+        "peak_mem_gib": peak_mem_gib,
+        "slice_total_mem_gib": slice_total_mem_gib,
+        "memory_budget_gib": budget.budget_gib(slice_total_mem_gib, memory_headroom),
+        **learn_figures,
+        **adapter_figures,
+    }
+    return Verdict(passed=all(c.passed for c in checks), checks=checks, figures=figures)
