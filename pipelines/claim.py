@@ -17,7 +17,7 @@ Either way the pod claim is named after the template and ``main`` consumes it; n
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from kfp import kubernetes
 from kfp.dsl import PipelineTask
@@ -29,7 +29,7 @@ CLAIM_LABEL = "draslice.dev/claim-template"
 NATIVE_FIELD = "podResourceClaims"
 
 
-class ClaimMode(str, Enum):
+class ClaimMode(StrEnum):
     POLICY = "policy"
     NATIVE = "native"
 

@@ -55,6 +55,11 @@ class SmokeResult:
         return out
 
 
+def _product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The product under test, on the device (one function, so a test can corrupt it)."""
+    return a @ b
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -83,18 +88,19 @@ def run_smoke(
     a = torch.randn(n, n, generator=gen).to(torch_device, dtype)
     b = torch.randn(n, n, generator=gen).to(torch_device, dtype)
 
-    c = a @ b  # also the warm-up
+    c = _product(a, b)  # also the warm-up
     rows = torch.randperm(n, generator=gen)[:CHECK_BLOCK]
     cols = torch.randperm(n, generator=gen)[:CHECK_BLOCK]
-    got = c[rows.to(torch_device)][:, cols.to(torch_device)].double().cpu()
-    ref = a[rows.to(torch_device)].double().cpu() @ b[:, cols.to(torch_device)].double().cpu()
+    rows, cols = rows.to(torch_device), cols.to(torch_device)
+    got = c[rows][:, cols].double().cpu()
+    ref = torch.mm(a[rows].double().cpu(), b[:, cols].double().cpu())
     rel_error = float((got - ref).norm() / ref.norm())
     tolerance = TOLERANCE[dtype]
 
     _sync(torch_device)
     start = time.perf_counter()
     for _ in range(iterations):
-        c = a @ b
+        c = _product(a, b)
     _sync(torch_device)
     seconds = time.perf_counter() - start
     tflops = 2 * n**3 * iterations / seconds / 1e12

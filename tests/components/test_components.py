@@ -1,0 +1,89 @@
+"""Every component's function called directly, as the KFP executor would call it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from kfp import dsl
+
+from draslice.components.gate import gate
+from draslice.components.preflight import preflight
+from draslice.components.sft import sft
+from draslice.components.smoke import smoke
+from draslice.components.validate import validate
+from draslice.trainer.errors import InvalidParameter, ValidationFailed
+
+
+def _artifact(cls, tmp_path, name):
+    return cls(name=name, uri=str(tmp_path / name), metadata={})
+
+
+def test_preflight_outputs_a_decision_and_a_report(tmp_path):
+    report = _artifact(dsl.Markdown, tmp_path, "report")
+    out = preflight.python_func(claim_template="mig-1g-6gb", on_missing_dra="skip", report=report)
+    assert out.decision == "ready"
+    assert out.reason
+    assert "mig-1g-6gb" in (tmp_path / "report").read_text()
+
+
+@pytest.mark.parametrize(("template", "policy"), [("Bad_Name", "skip"), ("ok", "maybe")])
+def test_preflight_rejects_bad_input(tmp_path, template, policy):
+    with pytest.raises(InvalidParameter):
+        preflight.python_func(claim_template=template, on_missing_dra=policy,
+                              report=_artifact(dsl.Markdown, tmp_path, "report"))
+
+
+def test_smoke_outputs_the_slice_facts_and_metrics(tmp_path):
+    metrics = _artifact(dsl.Metrics, tmp_path, "metrics")
+    out = smoke.python_func(metrics=metrics, device="cpu", matmul_size=256)
+    assert out.cuda_available is False
+    assert out.slice_total_mem_gib > 0
+    assert out.tflops > 0
+    assert metrics.metadata["matmul_rel_error"] < 1e-4
+
+
+def test_sft_then_validate_then_gate(tmp_path):
+    adapter = _artifact(dsl.Model, tmp_path, "adapter")
+    train_log = _artifact(dsl.Artifact, tmp_path, "train_log")
+    sft_metrics = _artifact(dsl.Metrics, tmp_path, "sft_metrics")
+    out = sft.python_func(adapter=adapter, train_log=train_log, metrics=sft_metrics,
+                          device="cpu", steps=30)
+    assert out.loss_drop >= 0.3
+    assert json.loads(out.device_json)["device"] == "cpu"
+    assert sft_metrics.metadata["peak_mem_gib"] == out.peak_mem_gib
+    assert adapter.metadata["framework"] == "peft"
+
+    def run_validate(min_loss_drop):
+        report = _artifact(dsl.HTML, tmp_path, f"report-{min_loss_drop}")
+        summary = _artifact(dsl.Markdown, tmp_path, f"summary-{min_loss_drop}")
+        metrics = _artifact(dsl.Metrics, tmp_path, f"metrics-{min_loss_drop}")
+        result = validate.python_func(
+            adapter=adapter, train_log=train_log, slice_total_mem_gib=out.slice_total_mem_gib,
+            peak_mem_gib=out.peak_mem_gib, device_json=out.device_json,
+            claim_template="mig-1g-6gb", claim_mode="policy", metrics=metrics, report=report,
+            summary=summary, min_loss_drop=min_loss_drop,
+        )
+        return result, report, summary, metrics
+
+    good, report, summary, metrics = run_validate(0.3)
+    assert good.passed and good.verdict.startswith("verdict: PASS")
+    assert metrics.metadata["passed"] == 1.0
+    assert "<img" in Path(report.path).read_text()
+    assert Path(summary.path).read_text().startswith("# draslice verdict: PASS")
+    gate.python_func(verdict=good.verdict, passed=good.passed)  # does not raise
+
+    bad, report, summary, _ = run_validate(0.99)
+    assert not bad.passed
+    assert Path(summary.path).read_text().startswith("# draslice verdict: FAIL")  # report kept
+    with pytest.raises(ValidationFailed, match="verdict: FAIL"):
+        gate.python_func(verdict=bad.verdict, passed=bad.passed)
+
+
+def test_components_install_nothing_at_run_time():
+    for component in (preflight, smoke, sft, validate, gate):
+        container = component.component_spec.implementation.container
+        command = " ".join(container.command)
+        assert "pip install" not in command, component.name
+        assert container.image.startswith("ghcr.io/draslice/trainer:")

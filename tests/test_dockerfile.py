@@ -1,0 +1,39 @@
+"""trainer/Dockerfile keeps its promises (no container engine here to build it)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+from tests.conftest import REPO
+
+DOCKERFILE = (REPO / "trainer" / "Dockerfile").read_text()
+INSTRUCTIONS = [line.strip() for line in DOCKERFILE.splitlines()
+                if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_base_is_a_pinned_cuda_pytorch_image():
+    (arg,) = [i for i in INSTRUCTIONS if i.startswith("ARG BASE_IMAGE=")]
+    image = arg.split("=", 1)[1]
+    assert re.fullmatch(r"pytorch/pytorch:\d+\.\d+\.\d+-cuda\d+\.\d+-cudnn\d+-runtime", image)
+
+
+def test_runs_as_a_non_root_user():
+    users = [i.split()[1] for i in INSTRUCTIONS if i.startswith("USER ")]
+    assert users and users[-1].split(":")[0] not in ("0", "root")
+
+
+def test_copies_every_package_folder_of_the_distribution():
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    folders = set(pyproject["tool"]["setuptools"]["package-dir"].values())
+    copied = {i.split()[1].rstrip("/") for i in INSTRUCTIONS if i.startswith("COPY ")
+              and "--from" not in i}
+    assert folders <= copied, folders - copied
+
+
+def test_nothing_is_fetched_at_run_time():
+    env = DOCKERFILE[DOCKERFILE.index("ENV "):]
+    for var in ("HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "PIP_NO_INDEX=1"):
+        assert var in env
+    assert "pip install --no-cache-dir /wheels/draslice-" in DOCKERFILE
+    assert "ADD http" not in DOCKERFILE and "curl" not in DOCKERFILE
