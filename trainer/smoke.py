@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from draslice.trainer import budget, loglines
 from draslice.trainer import device as dev
-from draslice.trainer import loglines
-from draslice.trainer.errors import InvalidParameter
+from draslice.trainer.errors import InvalidParameter, SliceOutOfMemory
 
 # Relative Frobenius error allowed between the device product and the float64 reference.
 # bf16 keeps 8 significant bits (2^-8 ~ 0.4% per rounding); fp32 is ~1e-7 per rounding.
@@ -65,6 +65,30 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _checked_and_timed(
+    torch_device: torch.device, n: int, dtype: torch.dtype, iterations: int, seed: int
+) -> tuple[float, float, bool]:
+    """(relative error on a random block, seconds for ``iterations`` products, all finite)."""
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(n, n, generator=gen).to(torch_device, dtype)
+    b = torch.randn(n, n, generator=gen).to(torch_device, dtype)
+
+    c = _product(a, b)  # also the warm-up
+    rows = torch.randperm(n, generator=gen)[:CHECK_BLOCK]
+    cols = torch.randperm(n, generator=gen)[:CHECK_BLOCK]
+    rows, cols = rows.to(torch_device), cols.to(torch_device)
+    got = c[rows][:, cols].double().cpu()
+    ref = torch.mm(a[rows].double().cpu(), b[:, cols].double().cpu())
+    rel_error = float((got - ref).norm() / ref.norm())
+    _sync(torch_device)
+    start = time.perf_counter()
+    for _ in range(iterations):
+        c = _product(a, b)
+    _sync(torch_device)
+    seconds = time.perf_counter() - start
+    return rel_error, seconds, bool(torch.isfinite(c).all().item())
+
+
 def run_smoke(
     device: str = "auto",
     matmul_size: int = 0,
@@ -84,33 +108,19 @@ def run_smoke(
     n = matmul_size or (8192 if on_gpu else 1024)
     dtype = torch.bfloat16 if on_gpu and torch.cuda.is_bf16_supported() else torch.float32
 
-    gen = torch.Generator().manual_seed(seed)
-    a = torch.randn(n, n, generator=gen).to(torch_device, dtype)
-    b = torch.randn(n, n, generator=gen).to(torch_device, dtype)
-
-    c = _product(a, b)  # also the warm-up
-    rows = torch.randperm(n, generator=gen)[:CHECK_BLOCK]
-    cols = torch.randperm(n, generator=gen)[:CHECK_BLOCK]
-    rows, cols = rows.to(torch_device), cols.to(torch_device)
-    got = c[rows][:, cols].double().cpu()
-    ref = torch.mm(a[rows].double().cpu(), b[:, cols].double().cpu())
-    rel_error = float((got - ref).norm() / ref.norm())
-    tolerance = TOLERANCE[dtype]
-
-    _sync(torch_device)
-    start = time.perf_counter()
-    for _ in range(iterations):
-        c = _product(a, b)
-    _sync(torch_device)
-    seconds = time.perf_counter() - start
+    try:
+        rel_error, seconds, finite = _checked_and_timed(torch_device, n, dtype, iterations, seed)
+    except torch.OutOfMemoryError as err:
+        reached = loglines.gib(dev.peak_memory_bytes(torch_device))
+        raise SliceOutOfMemory(budget.oom_advice(info.total_mem_gib, reached)) from err
     tflops = 2 * n**3 * iterations / seconds / 1e12
     return SmokeResult(
         device=info,
         matmul_size=n,
         dtype=str(dtype).removeprefix("torch."),
         rel_error=rel_error,
-        tolerance=tolerance,
-        ok=bool(rel_error <= tolerance and torch.isfinite(c).all().item()),
+        tolerance=TOLERANCE[dtype],
+        ok=bool(rel_error <= TOLERANCE[dtype] and finite),
         tflops=tflops,
         seconds=seconds,
     )
