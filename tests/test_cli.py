@@ -65,3 +65,25 @@ def test_compile_one_custom_template(tmp_path):
     assert result.exit_code == 0, result.output
     text = (tmp_path / "canary.native.mig-2g-12gb.yaml").read_text()
     assert "resourceClaimTemplateName: mig-2g-12gb" in text
+
+
+def test_cli_defaults_match_the_library():
+    """The CLI spells its defaults out (to start without importing torch); keep them equal."""
+    from draslice.commands import run_cmd
+    from draslice.pipelines.slice_sft import DEFAULT_TEMPLATE
+    from draslice.trainer.budget import DEFAULT_HEADROOM
+    from draslice.trainer.model import GPT2_ATTENTION_AND_MLP
+
+    assert run_cmd.DEFAULT_TEMPLATE == DEFAULT_TEMPLATE
+    assert run_cmd.DEFAULT_LORA_TARGETS == GPT2_ATTENTION_AND_MLP
+    assert run_cmd.DEFAULT_HEADROOM == DEFAULT_HEADROOM
+
+
+def test_help_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from click.testing import CliRunner; from draslice.cli import main; "
+            "CliRunner().invoke(main, ['--help']); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -8,11 +8,11 @@ import time
 import click
 
 from draslice.cluster.names import validate_template_name
-from draslice.pipelines.slice_sft import DEFAULT_TEMPLATE
-from draslice.trainer import budget
-from draslice.trainer import device as dev
-from draslice.trainer.model import GPT2_ATTENTION_AND_MLP, ModelShape
-from draslice.trainer.sft import SFTConfig
+
+# Literal defaults, not imports: `draslice --help` must not pay for importing torch.
+DEFAULT_TEMPLATE = "mig-1g-6gb"
+DEFAULT_LORA_TARGETS = "c_attn,c_proj,c_fc"
+DEFAULT_HEADROOM = 0.1
 
 
 @click.command("run")
@@ -29,10 +29,10 @@ from draslice.trainer.sft import SFTConfig
 @click.option("--learning-rate", type=float, default=3e-3, show_default=True)
 @click.option("--lora-r", type=int, default=8, show_default=True)
 @click.option("--lora-alpha", type=int, default=16, show_default=True)
-@click.option("--lora-targets", default=GPT2_ATTENTION_AND_MLP, show_default=True,
+@click.option("--lora-targets", default=DEFAULT_LORA_TARGETS, show_default=True,
               help="Comma-separated modules; the seed guide's choice is c_attn.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--memory-headroom", type=float, default=budget.DEFAULT_HEADROOM,
+@click.option("--memory-headroom", type=float, default=DEFAULT_HEADROOM,
               show_default=True, help="Fraction of the slice validate keeps free.")
 @click.option("--min-loss-drop", type=float, default=0.3, show_default=True,
               help="Fraction by which the loss must fall for a PASS.")
@@ -72,6 +72,12 @@ def run(**opts) -> None:
 
 def _checked_params(opts: dict) -> dict:
     """Reject bad input here, before the first task starts (each task checks again)."""
+    from draslice.trainer import budget
+    from draslice.trainer import device as dev
+    from draslice.trainer.errors import InvalidParameter
+    from draslice.trainer.model import ModelShape
+    from draslice.trainer.sft import SFTConfig
+
     validate_template_name(opts["template"])
     cfg = SFTConfig(
         shape=ModelShape(seq_len=opts["seq_len"]),
@@ -92,8 +98,6 @@ def _checked_params(opts: dict) -> dict:
     dev.check_slice_cap(torch_device, cfg.slice_memory_gib)
     budget.check_headroom(opts["memory_headroom"])
     if not 0.0 <= opts["min_loss_drop"] < 1.0:
-        from draslice.trainer.errors import InvalidParameter
-
         raise InvalidParameter("min_loss_drop", opts["min_loss_drop"], "must be in [0, 1)")
     keys = ("device", "precision", "slice_memory_gib", "steps", "batch_size", "seq_len",
             "learning_rate", "lora_r", "lora_alpha", "lora_targets", "seed",
