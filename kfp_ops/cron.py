@@ -46,10 +46,9 @@ def _check_field(text: str, field: str, lo: int, hi: int, names, expr: str) -> N
         if not part:
             raise InvalidParameter("--cron", expr, f"{field} field: empty list item")
         base, slash, step = part.partition("/")
-        if slash:
-            if not step.isdigit() or int(step) == 0:
-                raise InvalidParameter("--cron", expr, f"{field} field: step {step!r} must be a "
-                                       "positive number")
+        if slash and (not step.isdigit() or int(step) == 0):
+            raise InvalidParameter("--cron", expr, f"{field} field: step {step!r} must be a "
+                                   "positive number")
         if base in ("*", "?"):
             if base == "?" and field not in ("day-of-month", "day-of-week"):
                 raise InvalidParameter("--cron", expr, f"{field} field: '?' is only allowed "
@@ -79,7 +78,7 @@ def to_kfp_cron(expr: str) -> str:
             "e.g. '0 2 * * *' for 02:00 daily) or KFP's 6 with seconds first, or one of "
             + ", ".join(DESCRIPTORS),
         )
-    for value, (field, lo, hi, names) in zip(fields, _FIELDS):
+    for value, (field, lo, hi, names) in zip(fields, _FIELDS, strict=True):
         _check_field(value, field, lo, hi, names, expr)
     return " ".join(fields)
 

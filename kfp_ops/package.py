@@ -119,7 +119,9 @@ def load_package(path: str | Path, variant_id: str | None = None) -> PipelinePac
     )
 
 
-def resolve_package(variant: str, compiled_dir: str | Path = DEFAULT_COMPILED_DIR) -> PipelinePackage:
+def resolve_package(
+    variant: str, compiled_dir: str | Path = DEFAULT_COMPILED_DIR
+) -> PipelinePackage:
     """The package for a variant id or a YAML path.
 
     A variant id reads ``<compiled_dir>/<id>.yaml`` when it is there (the committed,
@@ -187,6 +189,8 @@ def parse_params(pairs: list[str] | tuple[str, ...], inputs: dict[str, InputPara
         if not sep or not key:
             raise InvalidParameter("--param", pair, "must look like key=value")
         if key not in inputs:
-            raise InvalidParameter("--param", key, f"this pipeline has no such input; valid: {valid}")
+            raise InvalidParameter(
+                "--param", key, f"this pipeline has no such input; valid: {valid}"
+            )
         out[key] = _convert(inputs[key], raw)
     return out

@@ -69,7 +69,8 @@ def version_inputs(session: KfpSession, pipeline_id: str, version_id: str) -> di
 
 def get_or_create_experiment(session: KfpSession, name: str) -> str:
     with session.errors(f"finding or creating experiment {name!r}"), quiet_client():
-        return session.client.create_experiment(name=name, namespace=session.namespace).experiment_id
+        experiment = session.client.create_experiment(name=name, namespace=session.namespace)
+    return experiment.experiment_id
 
 
 def submit(
