@@ -126,4 +126,7 @@ def check_platform_spec(platform: dict) -> None:
         for cfg in executors.values():
             json_format.ParseDict(cfg, kubernetes_executor_config_pb2.KubernetesExecutorConfig())
     except json_format.ParseError as err:
-        raise StrictError(str(err)) from None
+        # Word it as Go's protojson does on the real backend: proto: unknown field "x"
+        named = re.search(r'has no field named "([^"]+)"', str(err))
+        raise StrictError(f'proto: unknown field "{named.group(1)}"' if named else str(err)) \
+            from None
