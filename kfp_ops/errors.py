@@ -132,6 +132,11 @@ def translate(err: BaseException, host: str, action: str, secrets: Iterable[str]
     if isinstance(err, (urllib3.exceptions.HTTPError, ConnectionError, OSError)):
         reason = getattr(err, "reason", None) or err
         text = scrub(" ".join(str(reason).split()), secrets)
+        if isinstance(reason, urllib3.exceptions.SSLError):
+            return KfpUnreachable(
+                f"{action}: TLS to {host} failed ({text}). If the server uses a private CA, "
+                "pass its bundle with --ca-bundle PATH (verification stays on)"
+            )
         return KfpUnreachable(
             f"{action}: cannot reach the KFP API at {host} ({text}). Check --host (with "
             "http:// or https:// and the port), or port-forward it: kubectl -n kubeflow "

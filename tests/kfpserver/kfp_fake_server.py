@@ -15,6 +15,7 @@ import email.policy
 import itertools
 import json
 import re
+import ssl
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -23,9 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import kfp_server_api
-import yaml
-
 import kfp_strict as strict
+import yaml
 
 API = "/apis/v2beta1"
 DEFAULT_SCRIPT = ("PENDING", "RUNNING", "RUNNING", "SUCCEEDED")
@@ -47,7 +47,7 @@ class Recorded:
     method: str
     path: str
     query: dict
-    headers: dict
+    headers: dict  # lower-case names
     body: bytes
 
 
@@ -83,7 +83,7 @@ class FakeKfp:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{self.scheme}://{host}:{port}"
 
     def fail(self, method: str, path_regex: str, status: int, message: str = "injected",
              times: int = 1) -> None:
@@ -98,8 +98,10 @@ class FakeKfp:
         return f"{kind}-{next(self._ids):04d}-{uuid.uuid4().hex[:6]}"
 
     # --- lifecycle ---------------------------------------------------------------------
-    def start(self) -> FakeKfp:
+    def start(self, tls: tuple[str, str] | None = None) -> FakeKfp:
+        """Serve on a free loopback port; ``tls=(certfile, keyfile)`` serves HTTPS."""
         fake = self
+        self.scheme = "https" if tls else "http"
 
         class Handler(_Handler):
             server_state = fake
@@ -107,6 +109,10 @@ class FakeKfp:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._httpd.timeout = 5
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self._httpd.socket = ctx.wrap_socket(self._httpd.socket, server_side=True)
         self._thread = threading.Thread(target=self._httpd.serve_forever,
                                         kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
@@ -192,7 +198,8 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         with fake.lock:
-            fake.requests.append(Recorded(method, split.path, query, dict(self.headers), body))
+            fake.requests.append(Recorded(method, split.path, query,
+                                         {k.lower(): v for k, v in self.headers.items()}, body))
             for fault in fake.faults:
                 if fault.times > 0 and fault.method == method and fault.path.search(split.path):
                     fault.times -= 1
