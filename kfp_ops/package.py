@@ -146,6 +146,8 @@ def resolve_package(
     return load_package(compile_variant(v, out), variant_id=variant)
 
 
+_TYPE_NAMES = {"STRING": "str", "NUMBER_INTEGER": "int", "NUMBER_DOUBLE": "float",
+               "BOOLEAN": "bool", "LIST": "list", "STRUCT": "dict"}
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -182,7 +184,7 @@ def _convert(param: InputParam, raw: str) -> Any:
 def parse_params(pairs: list[str] | tuple[str, ...], inputs: dict[str, InputParam]) -> dict:
     """``key=value`` strings typed against the pipeline's inputs; unknown keys rejected."""
     out: dict[str, Any] = {}
-    valid = ", ".join(f"{p.name} ({p.type.lower()})" for p in inputs.values()) or "none"
+    valid = ", ".join(f"{p.name} ({_TYPE_NAMES.get(p.type, p.type.lower())})" for p in inputs.values()) or "none"
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         key = key.strip()

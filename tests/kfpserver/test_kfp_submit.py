@@ -63,8 +63,8 @@ def test_submit_types_params_and_gets_or_creates_the_experiment(cli, fake_kfp):
 def test_unknown_param_is_refused_with_the_valid_keys_before_sending(cli, fake_kfp):
     res = cli("submit", "--variant", "canary.policy.mig-1g-6gb", "--param", "stepz=3")
     assert res.exit_code == 2
-    assert "stepz" in res.output and "device (string)" in res.output
-    assert "on_missing_dra (string)" in res.output
+    assert "stepz" in res.output and "device (str)" in res.output
+    assert "on_missing_dra (str)" in res.output
     assert not _posted_runs(fake_kfp)
 
 
