@@ -184,7 +184,9 @@ def _convert(param: InputParam, raw: str) -> Any:
 def parse_params(pairs: list[str] | tuple[str, ...], inputs: dict[str, InputParam]) -> dict:
     """``key=value`` strings typed against the pipeline's inputs; unknown keys rejected."""
     out: dict[str, Any] = {}
-    valid = ", ".join(f"{p.name} ({_TYPE_NAMES.get(p.type, p.type.lower())})" for p in inputs.values()) or "none"
+    valid = ", ".join(
+        f"{p.name} ({_TYPE_NAMES.get(p.type, p.type.lower())})" for p in inputs.values()
+    ) or "none"
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         key = key.strip()

@@ -168,7 +168,8 @@ def create_schedule(
     if start_t and end_t and end_t <= start_t:
         raise InvalidParameter("--end", end, f"must be after --start {start_t}")
     arguments = parse_params(list(params), package.inputs)
-    name = name or f"{package.pipeline_name}-{DEFAULT_SUFFIX}"
+    suffix = DEFAULT_SUFFIX if cron is None and interval_s is None else "schedule"
+    name = name or f"{package.pipeline_name}-{suffix}"
     if not name.startswith(OUR_PREFIX):
         name = OUR_PREFIX + name
 

@@ -43,7 +43,7 @@ def schedule() -> None:
               help="A pipeline input for every run, typed against the pipeline's inputs.")
 @click.option("--name", default=None,
               help="Schedule name (one variant only); 'draslice-' is prepended when missing. "
-                   "[default: <pipeline name>-nightly]")
+                   "[default: <pipeline name>-nightly, or -schedule with --cron/--every]")
 @click.option("--experiment", default="draslice", show_default=True,
               help="Experiment for the scheduled runs (created when missing).")
 @click.option("--service-account", default=None, help="Service account for the runs' pods.")
