@@ -33,12 +33,22 @@ def main() -> None:
 
 
 def _register() -> None:
-    from draslice.commands import compile_cmd, run_cmd, steps_cmd
+    from draslice.commands import (
+        compile_cmd,
+        run_cmd,
+        schedule_cmd,
+        steps_cmd,
+        submit_cmd,
+        upload_cmd,
+    )
 
     main.add_command(run_cmd.run)
     main.add_command(compile_cmd.compile_pipelines)
     main.add_command(steps_cmd.smoke)
     main.add_command(steps_cmd.train)
+    main.add_command(upload_cmd.upload)
+    main.add_command(submit_cmd.submit)
+    main.add_command(schedule_cmd.schedule)
 
 
 _register()

@@ -1,0 +1,168 @@
+"""How draslice reaches a KFP server: host, credentials, TLS, namespace.
+
+A :class:`KfpConnection` holds only *where* secrets are (an environment variable's name, a
+file path), never a secret itself, so it can be printed, logged and put in a dataclass repr.
+:func:`connect` reads the secrets, hands them to the real ``kfp.Client`` and keeps them in the
+session only to scrub them out of error messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import kfp
+from kfp.client.client import KF_PIPELINES_ENDPOINT_ENV
+from kfp.client.set_volume_credentials import ServiceAccountTokenVolumeCredentials
+
+from draslice.kfp_ops.errors import api_errors
+from draslice.trainer.errors import InvalidParameter
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOKEN_ENV = "KFP_TOKEN"
+
+
+@dataclass(frozen=True)
+class KfpConnection:
+    """Where the KFP API is and how to authenticate; safe to print (it holds no secret).
+
+    Credentials, at most one of: ``token_env`` (name of an environment variable holding a
+    bearer token), ``token_file`` (a file holding one; re-read on every request, so a rotated
+    projected token keeps working), ``sa_token`` (the in-cluster pipelines service-account
+    token through ``kfp.client.ServiceAccountTokenVolumeCredentials``; ``sa_token_path``
+    overrides its default path). ``cookies_file`` adds a Cookie header (Dex/oauth2-proxy
+    session cookie, ``name=value; name2=value2``) and can be combined with a token.
+    """
+
+    host: str | None = None
+    namespace: str | None = None
+    token_env: str | None = None
+    token_file: str | None = None
+    sa_token: bool = False
+    sa_token_path: str | None = None
+    cookies_file: str | None = None
+    verify_tls: bool = True
+    ca_bundle: str | None = None
+    ui_host: str | None = None
+
+    def resolved_host(self) -> str:
+        host = self.host or os.environ.get(KF_PIPELINES_ENDPOINT_ENV)
+        if not host:
+            raise InvalidParameter(
+                "--host", host,
+                f"give the KFP API address, e.g. --host http://127.0.0.1:8080, or set "
+                f"{KF_PIPELINES_ENDPOINT_ENV} (in a cluster pod: "
+                "http://ml-pipeline.kubeflow.svc.cluster.local:8888)",
+            )
+        if not host.startswith(("http://", "https://")):
+            host = "https://" + host
+        return host.rstrip("/")
+
+
+@dataclass
+class KfpSession:
+    """A connected ``kfp.Client`` plus what draslice needs around it."""
+
+    client: kfp.Client
+    host: str
+    ui_host: str
+    namespace: str | None
+    secrets: tuple[str, ...] = field(default=(), repr=False)
+
+    def errors(self, action: str):
+        """Context manager: KFP client errors inside become clear :class:`KfpError` s."""
+        return api_errors(self.host, action, self.secrets)
+
+    def ui_link(self, fragment: str) -> str:
+        return f"{self.ui_host}/#/{fragment.lstrip('/')}"
+
+
+class _Client(kfp.Client):
+    """``kfp.Client`` whose health check answers once instead of retrying for 25 seconds.
+
+    The stock client retries ``healthz`` five times, five seconds apart, and logs a traceback
+    each time; for a wrong host or a rejected token the user should hear why at once.
+    """
+
+    def get_kfp_healthz(self, sleep_duration: int = 5):
+        return self._healthz_api.healthz_service_get_healthz(_request_timeout=30)
+
+
+@contextlib.contextmanager
+def quiet_client():
+    """Keep ``kfp.Client``'s own prints ("Run details: ...") and warnings off our output."""
+    buf = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(buf):
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
+    if buf.getvalue().strip():
+        log.debug("kfp.Client said: %s", buf.getvalue().strip())
+
+
+def _read_secret_file(path: str, what: str) -> str:
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidParameter(what, path, "no such file")
+    value = p.read_text().strip()
+    if not value:
+        raise InvalidParameter(what, path, "the file is empty")
+    return value
+
+
+def _credentials(conn: KfpConnection) -> tuple[dict, list[str]]:
+    """The ``kfp.Client`` keyword arguments for ``conn``'s credentials, and the secrets."""
+    chosen = [n for n, on in (("--token-env", conn.token_env), ("--token-file", conn.token_file),
+                              ("--sa-token", conn.sa_token)) if on]
+    if len(chosen) > 1:
+        raise InvalidParameter("credentials", " and ".join(chosen), "choose one token source")
+    kwargs: dict = {}
+    secrets: list[str] = []
+    if conn.token_env:
+        token = os.environ.get(conn.token_env, "").strip()
+        if not token:
+            raise InvalidParameter(
+                "--token-env", conn.token_env, "that environment variable is unset or empty"
+            )
+        kwargs["existing_token"] = token
+        secrets.append(token)
+    elif conn.token_file:
+        secrets.append(_read_secret_file(conn.token_file, "--token-file"))
+        kwargs["credentials"] = ServiceAccountTokenVolumeCredentials(path=conn.token_file)
+    elif conn.sa_token:
+        creds = ServiceAccountTokenVolumeCredentials(path=conn.sa_token_path)
+        secrets.append(_read_secret_file(creds._token_path, "--sa-token"))
+        kwargs["credentials"] = creds
+    if conn.cookies_file:
+        cookies = _read_secret_file(conn.cookies_file, "--cookies-file")
+        kwargs["cookies"] = cookies
+        secrets.extend([cookies, *(c.split("=", 1)[-1].strip() for c in cookies.split(";"))])
+    return kwargs, secrets
+
+
+def connect(conn: KfpConnection) -> KfpSession:
+    """A :class:`KfpSession` on the real ``kfp.Client``, checked with one health call."""
+    host = conn.resolved_host()
+    if conn.ca_bundle and not Path(conn.ca_bundle).is_file():
+        raise InvalidParameter("--ca-bundle", conn.ca_bundle, "no such file")
+    kwargs, secrets = _credentials(conn)
+    if not conn.verify_tls:
+        log.warning("TLS certificate verification is OFF for %s", host)
+    ui_host = (conn.ui_host or host).rstrip("/")
+    with api_errors(host, "connecting", secrets), quiet_client():
+        client = _Client(
+            host=host,
+            namespace=conn.namespace or "kubeflow",
+            ssl_ca_cert=conn.ca_bundle,
+            verify_ssl=conn.verify_tls,
+            ui_host=ui_host,
+            **kwargs,
+        )
+        client.get_kfp_healthz()
+    return KfpSession(client=client, host=host, ui_host=ui_host,
+                      namespace=conn.namespace or None, secrets=tuple(secrets))

@@ -1,0 +1,200 @@
+"""A compiled pipeline as draslice uploads and runs it: which file, which name, which version.
+
+``--variant`` names one of :data:`draslice.pipelines.variants.VARIANTS` by its file stem
+(``sft.policy.mig-1g-6gb``) or gives a path to any compiled KFP YAML. The version name is
+derived from the content (package version plus a short SHA-256 of the YAML bytes), so
+uploading an unchanged pipeline twice finds the version it made the first time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from draslice import __version__
+from draslice.kfp_ops.errors import NATIVE_FIELD
+from draslice.trainer.errors import InvalidParameter
+
+DEFAULT_COMPILED_DIR = "compiled"
+DIGEST_CHARS = 12
+
+
+@dataclass(frozen=True)
+class InputParam:
+    """One root input of a pipeline, as its compiled ``inputDefinitions`` declare it."""
+
+    name: str
+    type: str  # STRING, NUMBER_INTEGER, NUMBER_DOUBLE, BOOLEAN, LIST, STRUCT
+    default: Any = None
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class PipelinePackage:
+    path: Path
+    pipeline_name: str
+    description: str
+    digest: str
+    inputs: dict[str, InputParam] = field(default_factory=dict)
+    native_claims: bool = False
+    variant_id: str | None = None
+
+    @property
+    def version_name(self) -> str:
+        """Same content, same name: ``v<draslice version>-<12 hex of the YAML's SHA-256>``."""
+        return f"v{__version__}-{self.digest[:DIGEST_CHARS]}"
+
+
+def variant_ids() -> list[str]:
+    from draslice.pipelines.variants import VARIANTS
+
+    return [v.filename.removesuffix(".yaml") for v in VARIANTS]
+
+
+def _variant(variant_id: str):
+    from draslice.pipelines.variants import VARIANTS
+
+    for v in VARIANTS:
+        if v.filename.removesuffix(".yaml") == variant_id:
+            return v
+    return None
+
+
+def _documents(path: Path) -> tuple[dict, dict]:
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    except yaml.YAMLError as err:
+        raise InvalidParameter("--variant", str(path), f"not valid YAML: {err}") from None
+    if not docs or not isinstance(docs[0], dict) or "pipelineInfo" not in docs[0]:
+        raise InvalidParameter(
+            "--variant", str(path), "not a compiled KFP pipeline (no pipelineInfo in the first "
+            "document); compile one with `draslice compile`"
+        )
+    platform = docs[1] if len(docs) > 1 and isinstance(docs[1], dict) else {}
+    return docs[0], platform
+
+
+def read_inputs(spec: dict) -> dict[str, InputParam]:
+    """Root input parameters of a pipeline spec dict (camelCase, as compiled or as served)."""
+    root = spec.get("root", {})
+    defs = root.get("inputDefinitions", root.get("input_definitions", {})) or {}
+    params = defs.get("parameters", {}) or {}
+    out = {}
+    for name, p in params.items():
+        out[name] = InputParam(
+            name=name,
+            type=p.get("parameterType", p.get("parameter_type", "STRING")),
+            default=p.get("defaultValue", p.get("default_value")),
+            optional=bool(p.get("isOptional", p.get("is_optional", False))),
+        )
+    return out
+
+
+def has_native_claims(platform: dict) -> bool:
+    executors = (platform.get("platforms", {}).get("kubernetes", {})
+                 .get("deploymentSpec", {}).get("executors", {}))
+    return any(NATIVE_FIELD in (cfg or {}) for cfg in executors.values())
+
+
+def load_package(path: str | Path, variant_id: str | None = None) -> PipelinePackage:
+    path = Path(path)
+    if not path.is_file():
+        raise InvalidParameter("--variant", str(path), "no such file")
+    spec, platform = _documents(path)
+    info = spec["pipelineInfo"]
+    return PipelinePackage(
+        path=path,
+        pipeline_name=info.get("name", path.stem),
+        description=info.get("description", ""),
+        digest=hashlib.sha256(path.read_bytes()).hexdigest(),
+        inputs=read_inputs(spec),
+        native_claims=has_native_claims(platform),
+        variant_id=variant_id,
+    )
+
+
+def resolve_package(
+    variant: str, compiled_dir: str | Path = DEFAULT_COMPILED_DIR
+) -> PipelinePackage:
+    """The package for a variant id or a YAML path.
+
+    A variant id reads ``<compiled_dir>/<id>.yaml`` when it is there (the committed,
+    reviewed file); otherwise it compiles the variant into a temporary folder, which gives the
+    same bytes because compiling is deterministic.
+    """
+    candidate = Path(variant)
+    if candidate.suffix in (".yaml", ".yml") or candidate.is_file():
+        return load_package(candidate)
+    v = _variant(variant)
+    if v is None:
+        raise InvalidParameter(
+            "--variant", variant,
+            "not a compiled variant or a .yaml path; variants: " + ", ".join(variant_ids()),
+        )
+    committed = Path(compiled_dir) / v.filename
+    if committed.is_file():
+        return load_package(committed, variant_id=variant)
+    from draslice.pipelines.variants import compile_variant
+
+    out = Path(tempfile.mkdtemp(prefix="draslice-compiled-"))
+    return load_package(compile_variant(v, out), variant_id=variant)
+
+
+_TYPE_NAMES = {"STRING": "str", "NUMBER_INTEGER": "int", "NUMBER_DOUBLE": "float",
+               "BOOLEAN": "bool", "LIST": "list", "STRUCT": "dict"}
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _convert(param: InputParam, raw: str) -> Any:
+    kind = param.type
+    try:
+        if kind == "NUMBER_INTEGER":
+            return int(raw)
+        if kind == "NUMBER_DOUBLE":
+            return float(raw)
+        if kind == "BOOLEAN":
+            low = raw.strip().lower()
+            if low in _TRUE:
+                return True
+            if low in _FALSE:
+                return False
+            raise ValueError(raw)
+        if kind in ("LIST", "STRUCT"):
+            value = json.loads(raw)
+            want = list if kind == "LIST" else dict
+            if not isinstance(value, want):
+                raise ValueError(raw)
+            return value
+    except ValueError:
+        expected = {
+            "NUMBER_INTEGER": "an integer", "NUMBER_DOUBLE": "a number",
+            "BOOLEAN": "true or false", "LIST": "a JSON list", "STRUCT": "a JSON object",
+        }[kind]
+        raise InvalidParameter(f"--param {param.name}", raw, f"must be {expected}") from None
+    return raw
+
+
+def parse_params(pairs: list[str] | tuple[str, ...], inputs: dict[str, InputParam]) -> dict:
+    """``key=value`` strings typed against the pipeline's inputs; unknown keys rejected."""
+    out: dict[str, Any] = {}
+    valid = ", ".join(
+        f"{p.name} ({_TYPE_NAMES.get(p.type, p.type.lower())})" for p in inputs.values()
+    ) or "none"
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InvalidParameter("--param", pair, "must look like key=value")
+        if key not in inputs:
+            raise InvalidParameter(
+                "--param", key, f"this pipeline has no such input; valid: {valid}"
+            )
+        out[key] = _convert(inputs[key], raw)
+    return out

@@ -1,0 +1,132 @@
+"""Strict parsing of KFP REST bodies against the ``kfp-server-api`` models.
+
+The generated client's own deserializer ignores unknown keys and never checks types; a fake
+server that used it would accept bodies the real API server rejects. This walks the model's
+``openapi_types``/``attribute_map`` and refuses unknown keys, wrong JSON types, enum values
+outside ``allowable_values`` and unparsable timestamps, naming the JSON path.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+import kfp_server_api
+from google.protobuf import json_format
+from kfp.kubernetes import kubernetes_executor_config_pb2
+from kfp.pipeline_spec import pipeline_spec_pb2
+
+# int64 fields: protojson (the real server) takes them as JSON numbers or strings, the
+# swagger models type them 'str'.
+INT64_FIELDS = {"max_concurrency", "interval_second", "total_size"}
+
+
+class StrictError(ValueError):
+    """A body that the real KFP API server would not take."""
+
+
+def _model(name: str):
+    cls = getattr(kfp_server_api.models, name, None)
+    if cls is None:
+        raise StrictError(f"unknown model {name}")
+    return cls
+
+
+def check(data, typ: str, where: str = "$", field: str = "") -> None:
+    """Raise :class:`StrictError` unless ``data`` is a valid JSON value of swagger type ``typ``."""
+    if data is None:
+        return
+    m = re.match(r"list\[(.*)\]$", typ)
+    if m:
+        if not isinstance(data, list):
+            raise StrictError(f"{where}: expected a list, got {type(data).__name__}")
+        for i, item in enumerate(data):
+            check(item, m.group(1), f"{where}[{i}]", field)
+        return
+    m = re.match(r"dict\(([^,]*), (.*)\)$", typ)
+    if m:
+        if not isinstance(data, dict):
+            raise StrictError(f"{where}: expected an object, got {type(data).__name__}")
+        for k, v in data.items():
+            check(v, m.group(2), f"{where}.{k}", field)
+        return
+    if typ == "str":
+        if isinstance(data, str) or (field in INT64_FIELDS and isinstance(data, int)
+                                     and not isinstance(data, bool)):
+            return
+        raise StrictError(f"{where}: expected a string, got {type(data).__name__}")
+    if typ == "int":
+        if isinstance(data, int) and not isinstance(data, bool):
+            return
+        raise StrictError(f"{where}: expected an integer, got {type(data).__name__}")
+    if typ == "bool":
+        if isinstance(data, bool):
+            return
+        raise StrictError(f"{where}: expected a boolean, got {type(data).__name__}")
+    if typ == "float":
+        if isinstance(data, (int, float)) and not isinstance(data, bool):
+            return
+        raise StrictError(f"{where}: expected a number")
+    if typ == "object":
+        return
+    if typ == "datetime":
+        try:
+            datetime.fromisoformat(str(data).replace("Z", "+00:00"))
+        except ValueError:
+            raise StrictError(f"{where}: {data!r} is not an RFC 3339 time") from None
+        return
+    cls = _model(typ)
+    allowed = getattr(cls, "allowable_values", None)
+    if allowed is not None:
+        if data not in allowed:
+            raise StrictError(f"{where}: {data!r} is not one of {allowed}")
+        return
+    if not cls.openapi_types:
+        return  # e.g. protobufAny: free-form
+    if not isinstance(data, dict):
+        raise StrictError(f"{where}: expected a {typ} object, got {type(data).__name__}")
+    by_json = {j: a for a, j in cls.attribute_map.items()}
+    for key, value in data.items():
+        if key not in by_json:
+            raise StrictError(f"{where}: unknown field {key!r} for {typ}")
+        attr = by_json[key]
+        check(value, cls.openapi_types[attr], f"{where}.{key}", attr)
+
+
+def parse(data, typ: str):
+    """``data`` checked strictly, then built into the model (which runs its validators)."""
+    check(data, typ)
+    client = kfp_server_api.ApiClient()
+    return client._ApiClient__deserialize(data, typ)
+
+
+def split_spec(spec: dict) -> tuple[dict, dict]:
+    """(pipeline spec, platform spec) of a run's or version's ``pipeline_spec`` object."""
+    if "pipeline_spec" in spec:
+        return spec["pipeline_spec"], spec.get("platform_spec") or {}
+    return spec, {}
+
+
+def check_pipeline_spec(spec: dict) -> None:
+    """Strict protojson parse of a PipelineSpec, as the API server does on upload."""
+    try:
+        json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
+    except json_format.ParseError as err:
+        raise StrictError(f"invalid pipeline spec: {err}") from None
+
+
+def check_platform_spec(platform: dict) -> None:
+    """What a KFP 2.17 backend does when it compiles a run: parse every executor's
+    Kubernetes config into the released ``KubernetesExecutorConfig``. A native-mode
+    ``podResourceClaims`` fails here with protojson's 'unknown field' error."""
+    try:
+        json_format.ParseDict(platform, pipeline_spec_pb2.PlatformSpec())
+        executors = (platform.get("platforms", {}).get("kubernetes", {})
+                     .get("deploymentSpec", {}).get("executors", {}))
+        for cfg in executors.values():
+            json_format.ParseDict(cfg, kubernetes_executor_config_pb2.KubernetesExecutorConfig())
+    except json_format.ParseError as err:
+        # Word it as Go's protojson does on the real backend: proto: unknown field "x"
+        named = re.search(r'has no field named "([^"]+)"', str(err))
+        raise StrictError(f'proto: unknown field "{named.group(1)}"' if named else str(err)) \
+            from None
