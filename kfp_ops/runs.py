@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from draslice.kfp_ops.connection import KfpSession, quiet_client
 from draslice.kfp_ops.errors import RunNotFinished
@@ -54,7 +54,7 @@ class RunOutcome:
 
 
 def default_run_name(pipeline_name: str) -> str:
-    return f"{pipeline_name} {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S}Z"
+    return f"{pipeline_name} {datetime.now(UTC):%Y-%m-%d %H:%M:%S}Z"
 
 
 def version_inputs(session: KfpSession, pipeline_id: str, version_id: str) -> dict[str, InputParam]:

@@ -10,7 +10,7 @@ the canary variant, nightly, one schedule per claim template.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from draslice.kfp_ops.connection import KfpSession, quiet_client
 from draslice.kfp_ops.cron import to_kfp_cron
@@ -65,8 +65,8 @@ def rfc3339(value: str | datetime | None, what: str) -> str | None:
         except ValueError:
             raise InvalidParameter(what, value, "use ISO 8601, e.g. 2026-12-01T02:00:00Z") from None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _schedule(rr) -> Schedule:

@@ -19,7 +19,7 @@ import ssl
 import threading
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -133,7 +133,7 @@ class ApiError(Exception):
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(microsecond=0)
+    return datetime.now(UTC).replace(microsecond=0)
 
 
 def _predicates(fake: FakeKfp, raw: str | None) -> list[tuple[str, str, str]]:

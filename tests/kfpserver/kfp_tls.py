@@ -18,7 +18,7 @@ def _name(cn: str) -> x509.Name:
 
 def make_ca_and_server_cert(folder: Path) -> tuple[Path, Path, Path]:
     """(ca.pem, server.pem, server.key) where server.pem is signed by ca.pem for 127.0.0.1."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (x509.CertificateBuilder().subject_name(_name("draslice test CA"))
           .issuer_name(_name("draslice test CA")).public_key(ca_key.public_key())
