@@ -10,25 +10,30 @@ import re
 
 from draslice.trainer.errors import InvalidParameter
 
-MAX_TEMPLATE_NAME = 63  # a template name is also a label value, and those are at most 63
-_DNS1123_SUBDOMAIN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-)
+# The template name is also the pod's claim name (a DNS-1123 label: no dots) and, in policy
+# mode, a label value (at most 63 characters). A label satisfies both.
+MAX_TEMPLATE_NAME = 63
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def validate_dns_label(value: str, field: str) -> str:
+    """A DNS-1123 label (at most 63 characters), or an error naming ``field``."""
+    if not isinstance(value, str) or not value:
+        raise InvalidParameter(field, value, "must be a non-empty name")
+    if len(value) > MAX_TEMPLATE_NAME:
+        raise InvalidParameter(
+            field, value,
+            f"is {len(value)} characters; at most {MAX_TEMPLATE_NAME} (it is also a label value)",
+        )
+    if not _DNS1123_LABEL.match(value):
+        raise InvalidParameter(
+            field, value,
+            "must be a DNS-1123 label: lower-case letters, digits and '-', starting and ending "
+            "with a letter or digit (no dots: it names the pod's claim)",
+        )
+    return value
 
 
 def validate_template_name(name: str) -> str:
-    """A ResourceClaimTemplate name that is also a valid label value, or a clear error."""
-    if not isinstance(name, str) or not name:
-        raise InvalidParameter("claim_template", name, "must be a non-empty name")
-    if len(name) > MAX_TEMPLATE_NAME:
-        raise InvalidParameter(
-            "claim_template", name,
-            f"is {len(name)} characters; at most {MAX_TEMPLATE_NAME} (it is also a label value)",
-        )
-    if not _DNS1123_SUBDOMAIN.match(name):
-        raise InvalidParameter(
-            "claim_template", name,
-            "must be a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', "
-            "starting and ending with a letter or digit",
-        )
-    return name
+    """A ResourceClaimTemplate name that is also a pod claim name and a label value."""
+    return validate_dns_label(name, "claim_template")

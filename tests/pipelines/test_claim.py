@@ -12,7 +12,7 @@ from draslice.pipelines.slice_sft import build_canary_pipeline, build_sft_pipeli
 from draslice.trainer.errors import InvalidParameter
 
 
-@pytest.mark.parametrize("name", ["mig-1g-6gb", "shared-gpu-timeslice", "a", "gpu.slice-2",
+@pytest.mark.parametrize("name", ["mig-1g-6gb", "shared-gpu-timeslice", "a", "gpu-slice-2",
                                   "x" * 63])
 def test_valid_template_names(name):
     assert validate_template_name(name) == name
@@ -21,7 +21,8 @@ def test_valid_template_names(name):
 @pytest.mark.parametrize(
     ("name", "why"),
     [("", "non-empty"), ("Mig-1g", "DNS-1123"), ("mig_1g", "DNS-1123"), ("-mig", "DNS-1123"),
-     ("mig-", "DNS-1123"), ("1g.6gb/x", "DNS-1123"), ("x" * 64, "at most 63")],
+     ("mig-", "DNS-1123"), ("1g.6gb/x", "DNS-1123"), ("gpu.slice", "no dots"),
+     ("x" * 64, "at most 63")],
 )
 def test_invalid_template_names_say_what_is_valid(name, why):
     with pytest.raises(InvalidParameter, match=why) as err:
