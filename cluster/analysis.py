@@ -3,9 +3,11 @@
 For every request of the template: the devices that pass the DeviceClass selectors AND the
 request's selectors (real CEL, see cel.py), minus devices that are taken (named in a
 ResourceClaim's ``status.allocation.devices.results``, adminAccess results excepted), tainted
-NoSchedule/NoExecute without a toleration, in an incomplete pool, or blocked because allocated
-devices already consume the shared counters they need (partitionable GPUs). All devices of one
-claim must sit on one node, so the verdict looks for one node that can serve every request.
+NoSchedule/NoExecute without a toleration, or blocked because allocated devices already consume
+the shared counters they need (partitionable GPUs). An incomplete pool (fewer slices than
+``resourceSliceCount``) is reported; as in the allocator, only ``allocationMode: All`` fails on
+it. All devices of one claim sit on one node, so the verdict looks for one node that can serve
+every request.
 
 The diagnosis turns the seed guide's troubleshooting into messages with the command that fixes
 the cause. ``published_slices`` is the summary ``draslice advise`` reads.
@@ -35,13 +37,13 @@ GPU_DRIVER = "gpu.nvidia.com"
 # Drivers whose devices are not GPUs a training pod claims (the ComputeDomain daemons/channels).
 IGNORED_DRIVERS = frozenset({"compute-domain.nvidia.com"})
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
-FREE, TAKEN, BLOCKED, TAINTED, INCOMPLETE = "free", "taken", "blocked", "tainted", "incomplete"
+FREE, TAKEN, BLOCKED, TAINTED = "free", "taken", "blocked", "tainted"
 
 
 @dataclass
 class Match:
     device: Device
-    state: str  # free | taken | blocked | tainted | incomplete
+    state: str  # free | taken | blocked | tainted
     why: str = ""
 
 
@@ -181,12 +183,6 @@ def _tolerated(taint: dict, tolerations: list[dict]) -> bool:
 def _state(
     device: Device, inventory: Inventory, taken: dict, used: dict, tolerations: list[dict]
 ) -> tuple[str, str]:
-    if not inventory.pool_of(device).complete:
-        pool = inventory.pool_of(device)
-        return INCOMPLETE, (
-            f"pool {pool.name} generation {pool.generation} has {len(pool.slices)} of "
-            f"{pool.expected_slices} slices; the scheduler waits for the rest"
-        )
     for taint in device.taints:
         if taint.get("effect") in _BLOCKING_EFFECTS and not _tolerated(taint, tolerations):
             return TAINTED, f"taint {taint.get('key')}={taint.get('value', '')}:{taint['effect']}"
@@ -241,6 +237,16 @@ def _evaluate(
     if cls is None:
         report.errors.append(f"DeviceClass {cls_name!r} does not exist")
         return report
+    if report.allocation_mode == "All":
+        # The allocator cannot know what "all" is while a pool is being updated.
+        for pool in inventory.pools.values():
+            if not pool.complete:
+                report.errors.append(
+                    f"request {name} asks for all devices, but pool {pool.driver}/{pool.name} "
+                    f"is incomplete ({len(pool.slices)} of {pool.expected_slices} slices of "
+                    f"generation {pool.generation}): the scheduler fails it until the driver "
+                    "has published the rest"
+                )
     tolerations = body.get("tolerations") or []
     for device in inventory.devices:
         try:
@@ -336,8 +342,8 @@ def analyze(
         if not p.complete:
             report.notes.append(
                 f"pool {p.driver}/{p.name} is incomplete: {len(p.slices)} of "
-                f"{p.expected_slices} slices of generation {p.generation}; its devices are "
-                "not allocatable until the driver publishes the rest"
+                f"{p.expected_slices} slices of generation {p.generation} (the driver is "
+                "updating it); requests for all devices fail until it publishes the rest"
             )
         if p.expected_slices is None:
             report.notes.append(

@@ -5,9 +5,10 @@ and ``v1alpha3`` wrap them in ``basic:``, and ``v1alpha3`` writes capacities as 
 instead of ``{value: ...}``. Everything after this module sees one :class:`Device`.
 
 Pools follow the scheduler's rules: only the newest generation of a pool counts, and a pool
-whose newest generation has fewer slices than ``resourceSliceCount`` is incomplete (the
-scheduler does not allocate from it). Shared counters (partitionable devices, KEP-4815) are
-collected per pool, from slices with devices or — Kubernetes 1.35+ — slices of their own.
+whose newest generation has fewer slices than ``resourceSliceCount`` is incomplete (being
+updated: the allocator still takes single devices from it, but fails "all devices" requests).
+Shared counters (partitionable devices, KEP-4815) are collected per pool, from slices with
+devices or — Kubernetes 1.35+ — slices of their own.
 """
 
 from __future__ import annotations
