@@ -1,4 +1,4 @@
-"""``draslice preflight --snapshot`` on every fixture: inventory, match and free counts, exit codes."""
+"""``draslice preflight --snapshot`` on every fixture: inventory, match/free counts, exit codes."""
 
 from __future__ import annotations
 
