@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import lru_cache
 
 from kubernetes.utils import parse_quantity
 
@@ -25,6 +26,7 @@ from draslice.cluster.cel import (
     CelRuntimeError,
     DeviceActivation,
     Selector,
+    cel_values,
     compile_selector,
     device_activation,
 )
@@ -109,6 +111,7 @@ class PreflightReport:
         return EXIT_CODES[self.decision]
 
 
+@lru_cache(maxsize=1024)
 def memory_gib(text: str | None) -> float | None:
     if not text:
         return None
@@ -267,29 +270,115 @@ def _evaluate(
     return report
 
 
+_ANYWHERE = ("(all nodes)", "(node selector)", "(per device)")  # not bound to one node
+
+
 def _node_for(requests: list[RequestReport]) -> str | None:
-    """A node on which every request gets its devices (greedy, no device used twice)."""
-    nodes = sorted({m.device.node for r in requests for m in r.free})
-    anywhere = {"(all nodes)", "(node selector)", "(per device)"}
-    for node in [n for n in nodes if n not in anywhere] + sorted(anywhere & set(nodes)):
+    """A node on which every request gets its devices (greedy, no device used twice).
+
+    ``All`` asks for every matching device the node can reach, and fails if one is not free.
+    """
+    free_at = [defaultdict(list) for _ in requests]
+    matching_at = [Counter(m.device.node for m in r.matches) for r in requests]
+    for i, req in enumerate(requests):
+        for m in req.free:
+            free_at[i][m.device.node].append(m.device.key)
+    nodes = sorted({n for f in free_at for n in f})
+    for node in [n for n in nodes if n not in _ANYWHERE] + [n for n in nodes if n in _ANYWHERE]:
+        reach = (node, *_ANYWHERE)
         used: set[tuple] = set()
-        ok = True
-        for req in requests:
-            candidates = [
-                m.device.key for m in req.free
-                if m.device.key not in used and m.device.node in (node, *anywhere)
-            ]
-            need = len(req.matches) if req.allocation_mode == "All" else req.count
-            if req.allocation_mode == "All" and len(req.free) != len(req.matches):
-                ok = False
-                break
-            if len(candidates) < max(need, 1):
-                ok = False
-                break
+        for i, req in enumerate(requests):
+            candidates = [k for n in reach for k in free_at[i].get(n, ()) if k not in used]
+            if req.allocation_mode == "All":
+                need = sum(matching_at[i][n] for n in reach)
+                if need == 0 or len(candidates) < need:
+                    break
+            else:
+                need = req.count
+                if len(candidates) < need:
+                    break
             used.update(candidates[:need])
-        if ok:
+        else:
             return node
     return None
+
+
+# --- what does not depend on the template ----------------------------------------------------
+
+@dataclass
+class ClusterState:
+    """Pools, allocations and each device's state: computed once per snapshot, shared by every
+    template evaluated against it."""
+
+    inventory: Inventory
+    classes: dict[str, list[str]]
+    pools: list[dict]
+    notes: list[str]
+    taken: dict[tuple, str]
+    used: dict[tuple, Decimal]
+    states: dict[tuple, tuple[str, str]]
+    gpu_devices: list[Device]
+    rows: list[InventoryRow]
+    profiles: list[str]
+
+
+def cluster_state(snapshot: Snapshot) -> ClusterState:
+    cached = snapshot.cache.get("cluster_state")
+    if cached is not None:
+        return cached
+    inventory = snapshot.inventory
+    classes = {
+        c["metadata"]["name"]: _selectors(c.get("spec") or {}) for c in snapshot.device_classes
+    }
+    per_pool = Counter((d.driver, d.pool) for d in inventory.devices)
+    pools = [
+        {
+            "driver": p.driver, "pool": p.name, "generation": p.generation,
+            "slices": len(p.slices), "resourceSliceCount": p.expected_slices,
+            "complete": p.complete, "stale_slices": len(p.stale_slices),
+            "devices": per_pool[(p.driver, p.name)], "counter_sets": sorted(p.counter_sets),
+        }
+        for p in inventory.pools.values()
+    ]
+    notes = []
+    for p in inventory.pools.values():
+        if p.stale_slices:
+            notes.append(
+                f"pool {p.driver}/{p.name}: {len(p.stale_slices)} slice(s) of an older "
+                f"generation ignored (newest is {p.generation})"
+            )
+        if not p.complete:
+            notes.append(
+                f"pool {p.driver}/{p.name} is incomplete: {len(p.slices)} of "
+                f"{p.expected_slices} slices of generation {p.generation} (the driver is "
+                "updating it); requests for all devices fail until it publishes the rest"
+            )
+        if p.expected_slices is None:
+            notes.append(
+                f"pool {p.driver}/{p.name}: resourceSliceCount missing in the dump; "
+                "taken as complete"
+            )
+    taken, admin = _allocated(snapshot.claims)
+    if admin:
+        notes.append("adminAccess allocations (do not hold devices): " + ", ".join(admin))
+    used = _consumed(inventory, taken)
+    states = {d.key: _state(d, inventory, taken, used, []) for d in inventory.devices}
+    gpu_devices = [d for d in inventory.devices if d.driver not in IGNORED_DRIVERS]
+    rows = []
+    for d in gpu_devices:
+        own = d.attributes.get(d.driver, {})
+        kind = str(own.get("type", ""))
+        rows.append(InventoryRow(
+            node=d.node, driver=d.driver, device=d.name, type=kind,
+            profile=str(own.get("profile", "") or ("full" if kind == "gpu" else "")),
+            product=str(own.get("productName", "")), memory_gib=memory_gib(d.memory_text()),
+            state=states[d.key][0], why=states[d.key][1],
+        ))
+    profiles = sorted({str(d.attr("profile")) for d in gpu_devices if d.attr("profile")})
+    state = ClusterState(inventory, classes, pools, notes, taken, used, states, gpu_devices,
+                         rows, profiles)
+    snapshot.cache["cluster_state"] = state
+    return state
 
 
 # --- the report ------------------------------------------------------------------------------
@@ -318,55 +407,14 @@ def analyze(
         )
         return report
 
-    inventory = snapshot.inventory
-    report.classes = {
-        c["metadata"]["name"]: _selectors(c.get("spec") or {}) for c in snapshot.device_classes
-    }
-    report.pools = [
-        {
-            "driver": p.driver, "pool": p.name, "generation": p.generation,
-            "slices": len(p.slices), "resourceSliceCount": p.expected_slices,
-            "complete": p.complete, "stale_slices": len(p.stale_slices),
-            "devices": sum(1 for d in inventory.devices if d.pool == p.name
-                           and d.driver == p.driver),
-            "counter_sets": sorted(p.counter_sets),
-        }
-        for p in inventory.pools.values()
-    ]
-    for p in inventory.pools.values():
-        if p.stale_slices:
-            report.notes.append(
-                f"pool {p.driver}/{p.name}: {len(p.stale_slices)} slice(s) of an older "
-                f"generation ignored (newest is {p.generation})"
-            )
-        if not p.complete:
-            report.notes.append(
-                f"pool {p.driver}/{p.name} is incomplete: {len(p.slices)} of "
-                f"{p.expected_slices} slices of generation {p.generation} (the driver is "
-                "updating it); requests for all devices fail until it publishes the rest"
-            )
-        if p.expected_slices is None:
-            report.notes.append(
-                f"pool {p.driver}/{p.name}: resourceSliceCount missing in the dump; "
-                "taken as complete"
-            )
-
-    taken, admin = _allocated(snapshot.claims)
-    if admin:
-        report.notes.append("adminAccess allocations (do not hold devices): " + ", ".join(admin))
-    used = _consumed(inventory, taken)
-    states = {d.key: _state(d, inventory, taken, used, []) for d in inventory.devices}
-    gpu_devices = [d for d in inventory.devices if d.driver not in IGNORED_DRIVERS]
-    report.inventory = [
-        InventoryRow(
-            node=d.node, driver=d.driver, device=d.name, type=str(d.attr("type", "")),
-            profile=str(d.attr("profile", "") or ("full" if d.attr("type") == "gpu" else "")),
-            product=str(d.attr("productName", "")), memory_gib=memory_gib(d.memory_text()),
-            state=states[d.key][0], why=states[d.key][1],
-        )
-        for d in gpu_devices
-    ]
-    report.profiles = sorted({str(d.attr("profile")) for d in gpu_devices if d.attr("profile")})
+    state = cluster_state(snapshot)
+    inventory, taken, used, states = state.inventory, state.taken, state.used, state.states
+    report.classes = dict(state.classes)
+    report.pools = list(state.pools)
+    report.notes += state.notes
+    report.inventory = list(state.rows)
+    report.profiles = list(state.profiles)
+    gpu_devices = state.gpu_devices
 
     if template is not None:
         _analyze_template(report, snapshot, template, inventory, states, taken, used)
@@ -385,9 +433,12 @@ def _analyze_template(report, snapshot, template, inventory, states, taken, used
             expressions += _selectors((cls or {}).get("spec") or {})
     compiled = {e: compile_selector(e) for e in dict.fromkeys(expressions)}
     domains = frozenset().union(*(s.domains for s in compiled.values()))
+    names = (None if any(s.names is None for s in compiled.values())
+             else frozenset().union(*(s.names for s in compiled.values())))
     activations = {
         d.key: device_activation(
-            d.label, d.driver, d.attributes, d.capacity, d.allow_multiple_allocations, domains
+            d.label, d.driver, d.attributes, d.capacity, d.allow_multiple_allocations, domains,
+            values=cel_values(d.attributes, d.capacity, names),
         )
         for d in inventory.devices
     }

@@ -69,6 +69,7 @@ class Snapshot:
     daemonsets: list[dict] = field(default_factory=list)
     dra_api: bool = True  # False: the cluster does not serve resource.k8s.io/v1 at all
     notes: list[str] = field(default_factory=list)  # what could not be read, and why
+    cache: dict = field(default_factory=dict, repr=False)  # derived once (see analysis.py)
 
     def add(self, obj: dict) -> bool:
         attr = KINDS.get(obj.get("kind", ""))

@@ -279,3 +279,17 @@ def test_published_slices_for_advise(snapshot_of):
         PublishedSlice(profile="full", product="NVIDIA H100 80GB HBM3", memory_gib=79.65,
                        total=2, free=2),
     ]
+
+
+def test_all_mode_wants_every_matching_device_of_one_node(snapshot_of):
+    all_mode = copy.deepcopy(MIG_1G)
+    exactly = all_mode["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    exactly["allocationMode"] = "All"
+    del exactly["count"]
+    b = rslice("node-b", [mig("gpu-0-mig-0"), mig("gpu-0-mig-1")])
+    held = claim("job", {"pool": "node-b", "device": "gpu-0-mig-1"})
+    report = analyze(snapshot_of(_two_migs(), b, held), all_mode)
+    assert report.decision == READY and report.node == "node-a"
+    held_a = claim("job-a", {"pool": "node-a", "device": "gpu-0-mig-0"})
+    report = analyze(snapshot_of(_two_migs(), b, held, held_a), all_mode)
+    assert report.decision == FAIL
