@@ -325,8 +325,16 @@ def compile_selector(expression: str) -> Selector:
             f"must evaluate to bool (a selector), not {checked.return_type().name()}",
         )
     literals = [_literal_text(m.group(0)) for m in _STRING_LITERAL.finditer(expression)]
-    return Selector(expression, _EVAL_ENV.compile(expression), frozenset(literals),
-                    _reachable_names(expression, literals))
+    names = _reachable_names(expression, literals)
+    # Domains: the literals that index device.attributes/capacity; when keys may be computed,
+    # every literal is a candidate.
+    domains = literals if names is None else [
+        _literal_text(m.group(1)) for m in _DOMAIN_INDEX.finditer(expression)
+    ]
+    # Checked above against the typed device; the evaluation program skips the checker, whose
+    # map(string, dyn) view of `device` would refuse macros over device.attributes[...].
+    program = _EVAL_ENV.compile(expression, disable_check=True)
+    return Selector(expression, program, frozenset(domains), names)
 
 
 # Whatever can see a map's keys without naming them: macros, size(), `in`, and (for the check
@@ -334,6 +342,9 @@ def compile_selector(expression: str) -> Selector:
 _WHOLE_MAP = re.compile(r"\b(all|exists|exists_one|map|filter|size|in)\b")
 _INDEX = re.compile(r"\[([^\[\]]*)\]")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DOMAIN_INDEX = re.compile(
+    r"\b(?:attributes|capacity)\s*\[\s*(" + _STRING_LITERAL.pattern + r")\s*\]"
+)
 
 
 def _reachable_names(expression: str, literals: list[str]) -> frozenset[str] | None:
