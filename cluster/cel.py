@@ -143,9 +143,14 @@ def _parse_semver(text: str) -> _semver.Version:
         raise ValueError(f"invalid semver {text!r}: {exc}") from None
 
 
+@lru_cache(maxsize=4096)
+def _canonical_semver(text: str) -> str:
+    return str(_parse_semver(text).replace(build=None))
+
+
 def semver_value(text: str):
     """A semver message for CEL (build metadata dropped: it does not order versions)."""
-    return _Semver(text=str(_parse_semver(str(text)).replace(build=None)))
+    return _Semver(text=_canonical_semver(str(text)))
 
 
 def _v(msg) -> _semver.Version:
@@ -269,6 +274,9 @@ class Selector:
     expression: str
     program: cel.Expression
     domains: frozenset[str]  # string literals: candidate attribute domains (see device_activation)
+    # Attribute/capacity names the expression can reach, or None when it may reach any (it
+    # iterates a map, asks its size, or indexes with a computed key). See cel_values.
+    names: frozenset[str] | None = None
 
     def matches(self, activation: DeviceActivation) -> bool:
         result = self.program.eval(activation.activation)
@@ -316,8 +324,42 @@ def compile_selector(expression: str) -> Selector:
             "cel.expression", expression,
             f"must evaluate to bool (a selector), not {checked.return_type().name()}",
         )
-    domains = frozenset(_literal_text(m.group(0)) for m in _STRING_LITERAL.finditer(expression))
-    return Selector(expression, _EVAL_ENV.compile(expression), domains)
+    literals = [_literal_text(m.group(0)) for m in _STRING_LITERAL.finditer(expression)]
+    names = _reachable_names(expression, literals)
+    # Domains: the literals that index device.attributes/capacity; when keys may be computed,
+    # every literal is a candidate.
+    domains = literals if names is None else [
+        _literal_text(m.group(1)) for m in _DOMAIN_INDEX.finditer(expression)
+    ]
+    # Checked above against the typed device; the evaluation program skips the checker, whose
+    # map(string, dyn) view of `device` would refuse macros over device.attributes[...].
+    program = _EVAL_ENV.compile(expression, disable_check=True)
+    return Selector(expression, program, frozenset(domains), names)
+
+
+# Whatever can see a map's keys without naming them: macros, size(), `in`, and (for the check
+# below) string functions and indexing by anything but a literal.
+_WHOLE_MAP = re.compile(r"\b(all|exists|exists_one|map|filter|size|in)\b")
+_INDEX = re.compile(r"\[([^\[\]]*)\]")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DOMAIN_INDEX = re.compile(
+    r"\b(?:attributes|capacity)\s*\[\s*(" + _STRING_LITERAL.pattern + r")\s*\]"
+)
+
+
+def _reachable_names(expression: str, literals: list[str]) -> frozenset[str] | None:
+    """Names of attributes/capacities a selector can read: its identifiers and string literals.
+
+    Converting a device for CEL costs per value (and most is spent on values no selector reads),
+    so devices are handed to CEL with only these. A selector that could reach a key it does
+    not spell out returns None and gets every value.
+    """
+    bare = _STRING_LITERAL.sub('""', expression)
+    if _WHOLE_MAP.search(bare):
+        return None
+    if any(inner.strip() != '""' for inner in _INDEX.findall(bare)):
+        return None
+    return frozenset(_IDENTIFIER.findall(bare)) | frozenset(literals)
 
 
 def _literal_text(token: str) -> str:
@@ -336,6 +378,29 @@ class DeviceActivation:
     activation: cel.Activation
 
 
+def cel_values(
+    attributes: Mapping[str, Mapping[str, object]],
+    capacity: Mapping[str, Mapping[str, str]],
+    names: frozenset[str] | None = None,
+) -> tuple[dict, dict]:
+    """A device's attributes and capacity as CEL values (versions and quantities as messages).
+
+    ``attributes``: domain -> name -> ``bool | int | str | Version``; ``capacity``: domain ->
+    name -> quantity text. ``names``: keep only these names (the union of
+    :attr:`Selector.names` of the selectors that will run); None keeps all.
+    """
+    attrs = {
+        domain: {k: (semver_value(v.text) if isinstance(v, Version) else v)
+                 for k, v in d.items() if names is None or k in names}
+        for domain, d in attributes.items()
+    }
+    caps = {
+        domain: {k: quantity_value(v) for k, v in d.items() if names is None or k in names}
+        for domain, d in capacity.items()
+    }
+    return attrs, caps
+
+
 def device_activation(
     name: str,
     driver: str,
@@ -343,25 +408,23 @@ def device_activation(
     capacity: Mapping[str, Mapping[str, str]],
     allow_multiple_allocations: bool = False,
     domains: Iterable[str] = (),
+    values: tuple[dict, dict] | None = None,
 ) -> DeviceActivation:
     """Bind ``device`` for evaluation.
 
-    ``attributes``: domain -> name -> ``bool | int | str | Version``; ``capacity``: domain ->
-    name -> quantity text. ``domains``: the union of :attr:`Selector.domains` of the selectors
-    that will run; each one the device lacks becomes an empty map, which is how Kubernetes
-    answers an unknown domain (its map type returns an empty map instead of an error), so
+    ``domains``: the union of :attr:`Selector.domains` of the selectors that will run; each
+    one the device lacks becomes an empty map, which is how Kubernetes answers an unknown
+    domain (its map type returns an empty map instead of an error), so
     ``device.attributes["other.vendor"].x`` fails as an unknown *attribute*, exactly as there.
+    ``values``: :func:`cel_values` of the device, when the caller kept them.
     """
-    attrs: dict = {
-        domain: {k: (semver_value(v.text) if isinstance(v, Version) else v) for k, v in d.items()}
-        for domain, d in attributes.items()
-    }
-    caps: dict = {
-        domain: {k: quantity_value(v) for k, v in d.items()} for domain, d in capacity.items()
-    }
-    for domain in domains:
-        attrs.setdefault(domain, {})
-        caps.setdefault(domain, {})
+    attrs, caps = values or cel_values(attributes, capacity)
+    missing = [d for d in domains if d not in attrs or d not in caps]
+    if missing:
+        attrs, caps = dict(attrs), dict(caps)
+        for domain in missing:
+            attrs.setdefault(domain, {})
+            caps.setdefault(domain, {})
     device = {
         "driver": driver,
         "attributes": attrs,

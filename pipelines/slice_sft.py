@@ -30,8 +30,8 @@ def pipeline_name(kind: str, template: str, mode: ClaimMode) -> str:
     return f"draslice-{kind}-{template}{suffix}"
 
 
-def _checks(claim_template: str, on_missing_dra: str):
-    pre = preflight(claim_template=claim_template, on_missing_dra=on_missing_dra)
+def _checks(claim_template: str, on_missing_dra: str, source: str):
+    pre = preflight(claim_template=claim_template, on_missing_dra=on_missing_dra, source=source)
     pre.set_caching_options(False)  # it reports on the cluster as it is now
     pre.set_display_name("preflight")
     return pre
@@ -60,6 +60,7 @@ def build_sft_pipeline(
     )
     def slice_sft(
         on_missing_dra: str = "skip",
+        preflight_source: str = "auto",
         device: str = "auto",
         precision: str = "auto",
         slice_memory_gib: float = 0.0,
@@ -74,7 +75,7 @@ def build_sft_pipeline(
         memory_headroom: float = 0.1,
         min_loss_drop: float = 0.3,
     ):
-        pre = _checks(template, on_missing_dra)
+        pre = _checks(template, on_missing_dra, preflight_source)
         with dsl.If(pre.outputs["decision"] == READY, name="slice-available"):
             smoke_task = _smoke(template, mode, device, slice_memory_gib)
             train = sft(
@@ -119,8 +120,10 @@ def build_canary_pipeline(
         name=pipeline_name("canary", template, mode),
         description=f"Canary for DRA GPU slices of claim template {template}: preflight, smoke.",
     )
-    def slice_canary(on_missing_dra: str = "skip", device: str = "auto"):
-        pre = _checks(template, on_missing_dra)
+    def slice_canary(
+        on_missing_dra: str = "skip", preflight_source: str = "auto", device: str = "auto"
+    ):
+        pre = _checks(template, on_missing_dra, preflight_source)
         with dsl.If(pre.outputs["decision"] == READY, name="slice-available"):
             _smoke(template, mode, device, 0.0)
 

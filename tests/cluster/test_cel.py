@@ -151,3 +151,37 @@ def test_check_expression_accepts_the_templates_selector():
 def test_compile_once():
     expr = 'device.driver == "gpu.nvidia.com"'
     assert compile_selector(expr) is compile_selector(expr)
+
+
+@pytest.mark.parametrize(
+    "expression, names",
+    [
+        ('device.attributes["gpu.nvidia.com"].profile == "1g.10gb"',
+         {"device", "attributes", "gpu.nvidia.com", "profile", "1g.10gb"}),
+        ('device.attributes["gpu.nvidia.com"].exists(k, k == "uuid")', None),
+        ('size(device.capacity["gpu.nvidia.com"]) > 1', None),
+        ('"uuid" in device.attributes["gpu.nvidia.com"]', None),
+        ('device.attributes["gpu.nvidia.com"]["pro" + "file"] == "x"', None),
+    ],
+)
+def test_reachable_names(expression, names):
+    selector = compile_selector(expression)
+    assert selector.names == (None if names is None else frozenset(names))
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        'device.attributes["gpu.nvidia.com"].exists(k, k == "uuid")',
+        'size(device.attributes["gpu.nvidia.com"]) == 3',
+        'device.attributes["gpu.nvidia.com"]["driver" + "Version"].major() == 580',
+    ],
+)
+def test_selectors_that_see_whole_maps_get_every_value(expression):
+    from draslice.cluster.cel import cel_values
+
+    dev = _device(uuid="GPU-1")
+    selector = compile_selector(expression)
+    values = cel_values(dev["attributes"], dev["capacity"], selector.names)
+    act = device_activation(**dev, domains=selector.domains, values=values)
+    assert selector.matches(act) is True
