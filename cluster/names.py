@@ -10,6 +10,12 @@ import re
 
 from draslice.trainer.errors import InvalidParameter
 
+# The pod label that names a GPU task's claim template in ``policy`` mode: set by
+# pipelines/claim.py, read by the admission policy (cluster/manifests/admission.py).
+CLAIM_LABEL = "draslice.dev/claim-template"
+# KFP runs a task's user code in the executor pod's container of this name.
+MAIN_CONTAINER = "main"
+
 # The template name is also the pod's claim name (a DNS-1123 label: no dots) and, in policy
 # mode, a label value (at most 63 characters). A label satisfies both.
 MAX_TEMPLATE_NAME = 63

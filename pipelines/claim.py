@@ -22,10 +22,10 @@ from enum import StrEnum
 from kfp import kubernetes
 from kfp.dsl import PipelineTask
 
-from draslice.cluster.names import validate_template_name
+from draslice.cluster.names import CLAIM_LABEL, validate_template_name
 from draslice.trainer.errors import InvalidParameter
 
-CLAIM_LABEL = "draslice.dev/claim-template"
+__all__ = ["CLAIM_LABEL", "NATIVE_FIELD", "ClaimMode", "bind_claim"]
 NATIVE_FIELD = "podResourceClaims"
 
 
