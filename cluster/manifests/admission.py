@@ -18,8 +18,9 @@ Scope, in every engine:
 Engines: MutatingAdmissionPolicy ``admissionregistration.k8s.io/v1`` (Kubernetes 1.36+) or
 ``v1beta1`` (1.34-1.35, feature gate ``MutatingAdmissionPolicy`` and
 ``--runtime-config=admissionregistration.k8s.io/v1beta1=true``); Kyverno ``MutatingPolicy``
-(``policies.kyverno.io/v1``, Kyverno 1.17+) with the same CEL; Kyverno ``ClusterPolicy``
-(``kyverno.io/v1``, Kyverno 1.10+) for older installs.
+(``policies.kyverno.io/v1``; releases that serve only ``v1beta1`` need that apiVersion) with
+the same CEL; Kyverno ``ClusterPolicy`` (``kyverno.io/v1``, with ``operations`` in match:
+Kyverno 1.10+) for older installs.
 
 The mutation is a JSONPatch built in CEL (not an ApplyConfiguration): it can append to lists
 that may be absent and leave every other container and claim alone.
@@ -135,9 +136,15 @@ def mutating_admission_policy(api_version: str) -> list[dict]:
 
 
 def kyverno_mutating_policy() -> list[dict]:
-    """Kyverno's MutatingPolicy: the same CEL, no binding (Kyverno binds it itself)."""
+    """Kyverno's MutatingPolicy: the same CEL, no binding (Kyverno binds it itself).
+
+    Admission only: no background scan, no mutation of existing pods, and no rules generated
+    for pod controllers (Deployments, Jobs, ...): the policy is for pods, as the MAP is.
+    """
     spec = _cel_spec()
-    spec["evaluation"] = {"admission": {"enabled": True}, "mutateExisting": {"enabled": False}}
+    spec["evaluation"] = {"admission": {"enabled": True}, "background": {"enabled": False},
+                          "mutateExisting": {"enabled": False}}
+    spec["autogen"] = {"podControllers": {"controllers": []}}
     return [{"apiVersion": KYVERNO_MUTATING_API, "kind": "MutatingPolicy",
              "metadata": {"name": NAME}, "spec": spec}]
 
@@ -187,7 +194,8 @@ def admission_policy(engine: str) -> list[dict]:
     raise InvalidParameter(
         "engine", engine,
         "must be one of map-v1 (Kubernetes 1.36+), map-v1beta1 (1.34-1.35), kyverno "
-        "(MutatingPolicy, Kyverno 1.17+) or kyverno-clusterpolicy (older Kyverno)",
+        "(Kyverno MutatingPolicy, policies.kyverno.io/v1) or kyverno-clusterpolicy (Kyverno "
+        "ClusterPolicy, older Kyverno)",
     )
 
 

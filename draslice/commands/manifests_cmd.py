@@ -122,7 +122,8 @@ def rbac_cmd(namespace: str, service_account: str, out_dir: str | None) -> None:
 @manifests.command("admission-policy")
 @click.option("--engine", required=True, metavar="ENGINE",
               help="map-v1 (Kubernetes 1.36+), map-v1beta1 (1.34-1.35), kyverno "
-                   "(MutatingPolicy, Kyverno 1.17+) or kyverno-clusterpolicy (older Kyverno).")
+                   "(Kyverno MutatingPolicy, policies.kyverno.io/v1) or kyverno-clusterpolicy "
+                   "(Kyverno ClusterPolicy, older Kyverno).")
 @click.option("--namespace", default="kubeflow", show_default=True,
               help="Namespace to print the opt-in command for.")
 @_OUT

@@ -49,7 +49,11 @@ def test_kyverno_mutating_policy():
     for cond in doc["spec"]["matchConditions"] + doc["spec"]["variables"]:
         assert cond["name"] and cond["expression"]
     assert doc["spec"]["failurePolicy"] == "Fail"
-    assert doc["spec"]["evaluation"]["mutateExisting"]["enabled"] is False
+    evaluation = doc["spec"]["evaluation"]
+    assert evaluation["admission"]["enabled"] is True
+    assert evaluation["background"]["enabled"] is False
+    assert evaluation["mutateExisting"]["enabled"] is False
+    assert doc["spec"]["autogen"]["podControllers"]["controllers"] == []  # pods only
 
 
 def test_kyverno_cluster_policy():
