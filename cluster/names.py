@@ -22,8 +22,8 @@ MAX_TEMPLATE_NAME = 63
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-def validate_dns_label(value: str, field: str) -> str:
-    """A DNS-1123 label (at most 63 characters), or an error naming ``field``."""
+def validate_dns_label(value: str, field: str, why: str = "") -> str:
+    """A DNS-1123 label (at most 63 characters), or an error naming ``field`` (and ``why``)."""
     if not isinstance(value, str) or not value:
         raise InvalidParameter(field, value, "must be a non-empty name")
     if len(value) > MAX_TEMPLATE_NAME:
@@ -35,11 +35,11 @@ def validate_dns_label(value: str, field: str) -> str:
         raise InvalidParameter(
             field, value,
             "must be a DNS-1123 label: lower-case letters, digits and '-', starting and ending "
-            "with a letter or digit (no dots: it names the pod's claim)",
+            "with a letter or digit" + (f" ({why})" if why else ""),
         )
     return value
 
 
 def validate_template_name(name: str) -> str:
     """A ResourceClaimTemplate name that is also a pod claim name and a label value."""
-    return validate_dns_label(name, "claim_template")
+    return validate_dns_label(name, "claim_template", "no dots: it names the pod's claim")
