@@ -45,7 +45,7 @@ def files(image: str) -> dict[str, str]:
     for purpose, docs in workloads.workloads(WORKLOAD_TEMPLATE, image, NAMESPACE).items():
         out[f"40-workload.{purpose}.yaml"] = yamlio.dump(docs, header(
             f"Outside KFP: {purpose} on claim template {WORKLOAD_TEMPLATE}.",
-            f"draslice manifests workloads --template {WORKLOAD_TEMPLATE} "
+            f"draslice manifests workloads --kind {purpose} --template {WORKLOAD_TEMPLATE} "
             f"--namespace {NAMESPACE}"))
     out["50-kueue.yaml"] = yamlio.dump(kueue.queues(NAMESPACE), header(
         f"Kueue quota on slices (Kueue {kueue.MIN_VERSION}+); pair with 50-kueue-config.yaml.",

@@ -30,3 +30,21 @@ def test_rendering_is_deterministic():
 def test_every_file_says_how_to_regenerate_it():
     for name, text in FILES.items():
         assert text.startswith("# ") and committed.REGENERATE in text.split("---\n")[0], name
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_the_command_in_each_header_renders_that_file(name):
+    """What a file says it was rendered by is true: running it prints the same documents."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    from draslice.cli import main
+
+    header, body = FILES[name].split("---\n", 1)
+    (line,) = [ln for ln in header.splitlines() if ln.startswith("# Rendered by: ")]
+    argv = shlex.split(line.removeprefix("# Rendered by: "))
+    assert argv[:2] == ["draslice", "manifests"]
+    result = CliRunner().invoke(main, argv[1:])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "---\n" + body
