@@ -35,6 +35,7 @@ def main() -> None:
 def _register() -> None:
     from draslice.commands import (
         compile_cmd,
+        manifests_cmd,
         preflight_cmd,
         run_cmd,
         schedule_cmd,
@@ -51,6 +52,7 @@ def _register() -> None:
     main.add_command(submit_cmd.submit)
     main.add_command(schedule_cmd.schedule)
     main.add_command(preflight_cmd.preflight)
+    main.add_command(manifests_cmd.manifests)
 
 
 _register()

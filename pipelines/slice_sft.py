@@ -37,17 +37,22 @@ def _checks(claim_template: str, on_missing_dra: str, source: str):
     return pre
 
 
-def _smoke(template: str, mode: ClaimMode, device: str, slice_memory_gib: float):
+def _smoke(template: str, mode: ClaimMode, device: str, slice_memory_gib: float,
+           kueue_queue: str | None):
     task = smoke(device=device, slice_memory_gib=slice_memory_gib)
     task.set_caching_options(False)  # a cached smoke proves nothing about today's slice
     task.set_display_name("smoke matmul")
-    return bind_claim(task, template, mode)
+    return bind_claim(task, template, mode, kueue_queue=kueue_queue)
 
 
 def build_sft_pipeline(
-    template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.POLICY
+    template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.POLICY,
+    kueue_queue: str | None = None,
 ) -> Callable:
-    """The seed guide's flow as a KFP pipeline whose GPU tasks claim ``template``."""
+    """The seed guide's flow as a KFP pipeline whose GPU tasks claim ``template``.
+
+    With ``kueue_queue`` the GPU tasks' pods join that Kueue LocalQueue.
+    """
     validate_template_name(template)
     mode = ClaimMode.parse(mode)
 
@@ -77,7 +82,7 @@ def build_sft_pipeline(
     ):
         pre = _checks(template, on_missing_dra, preflight_source)
         with dsl.If(pre.outputs["decision"] == READY, name="slice-available"):
-            smoke_task = _smoke(template, mode, device, slice_memory_gib)
+            smoke_task = _smoke(template, mode, device, slice_memory_gib, kueue_queue)
             train = sft(
                 device=device,
                 precision=precision,
@@ -92,7 +97,7 @@ def build_sft_pipeline(
                 seed=seed,
             ).after(smoke_task)
             train.set_display_name("LoRA SFT")
-            bind_claim(train, template, mode)
+            bind_claim(train, template, mode, kueue_queue=kueue_queue)
             check = validate(
                 adapter=train.outputs["adapter"],
                 train_log=train.outputs["train_log"],
@@ -110,7 +115,8 @@ def build_sft_pipeline(
 
 
 def build_canary_pipeline(
-    template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.POLICY
+    template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.POLICY,
+    kueue_queue: str | None = None,
 ) -> Callable:
     """``preflight -> smoke``: a cheap recurring check that a slice can be had and computes."""
     validate_template_name(template)
@@ -125,6 +131,6 @@ def build_canary_pipeline(
     ):
         pre = _checks(template, on_missing_dra, preflight_source)
         with dsl.If(pre.outputs["decision"] == READY, name="slice-available"):
-            _smoke(template, mode, device, 0.0)
+            _smoke(template, mode, device, 0.0, kueue_queue)
 
     return slice_canary

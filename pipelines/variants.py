@@ -7,7 +7,7 @@ file is stale.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kfp import compiler
@@ -24,6 +24,7 @@ class Variant:
     kind: str  # "sft" or "canary"
     template: str
     mode: ClaimMode
+    kueue_queue: str | None = None  # never set for the committed compiled/ files
 
     @property
     def filename(self) -> str:
@@ -31,7 +32,7 @@ class Variant:
 
     def build(self) -> Callable:
         builder = build_sft_pipeline if self.kind == "sft" else build_canary_pipeline
-        return builder(self.template, self.mode)
+        return builder(self.template, self.mode, self.kueue_queue)
 
 
 VARIANTS = (
@@ -47,5 +48,6 @@ def compile_variant(variant: Variant, out_dir: str | Path) -> Path:
     return path
 
 
-def compile_all(out_dir: str | Path) -> list[Path]:
-    return [compile_variant(v, out_dir) for v in VARIANTS]
+def compile_all(out_dir: str | Path, kueue_queue: str | None = None) -> list[Path]:
+    """Every committed variant; with ``kueue_queue`` its GPU tasks join that Kueue queue."""
+    return [compile_variant(replace(v, kueue_queue=kueue_queue), out_dir) for v in VARIANTS]

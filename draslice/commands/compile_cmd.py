@@ -7,10 +7,13 @@ from pathlib import Path
 import click
 
 from draslice.pipelines.claim import ClaimMode
+from draslice.trainer.errors import InvalidParameter
+
+COMMITTED_DIR = "compiled"
 
 
 @click.command("compile")
-@click.option("--out", "out_dir", default="compiled", show_default=True,
+@click.option("--out", "out_dir", default=COMMITTED_DIR, show_default=True,
               type=click.Path(file_okay=False), help="Folder to write the YAML into.")
 @click.option("--template", default=None,
               help="Compile one pipeline for this claim template instead of the committed set.")
@@ -20,7 +23,13 @@ from draslice.pipelines.claim import ClaimMode
                    "native (podResourceClaims, KFP backends with kubeflow/pipelines#14243).")
 @click.option("--kind", type=click.Choice(["sft", "canary"]), default="sft", show_default=True,
               help="With --template: the full pipeline or the preflight+smoke canary.")
-def compile_pipelines(out_dir: str, template: str | None, mode: str, kind: str) -> None:
+@click.option("--kueue-queue", default=None, metavar="NAME",
+              help="Label the GPU tasks' pods kueue.x-k8s.io/queue-name=NAME so Kueue admits "
+                   "them against that LocalQueue's quota on slices. Needs --out other than "
+                   "compiled/ (the committed files stay without it).")
+def compile_pipelines(
+    out_dir: str, template: str | None, mode: str, kind: str, kueue_queue: str | None
+) -> None:
     """Compile the pipelines to KFP YAML (byte-for-byte reproducible).
 
     Without --template it regenerates every file committed under compiled/: the SFT pipeline
@@ -32,14 +41,25 @@ def compile_pipelines(out_dir: str, template: str | None, mode: str, kind: str) 
       draslice compile                                   # refresh compiled/
       draslice compile --template mig-2g-12gb --out my/  # your own template
       draslice compile --template mig-1g-6gb --mode native --kind canary
+      draslice compile --kueue-queue gpu-slices --out compiled-kueue/
     """
     from draslice.pipelines.variants import VARIANTS, Variant, compile_all, compile_variant
 
+    if kueue_queue is not None:
+        from draslice.cluster.manifests.kueue import check_queue_name
+
+        check_queue_name(kueue_queue)
+        if Path(out_dir).resolve() == Path(COMMITTED_DIR).resolve():
+            raise InvalidParameter(
+                "out", out_dir,
+                "--kueue-queue writes the same file names: choose another folder with --out "
+                "(compiled/ holds the committed pipelines, without a queue)",
+            )
     if template is None:
-        paths = compile_all(out_dir)
+        paths = compile_all(out_dir, kueue_queue)
         click.echo(f"compiled {len(paths)} of {len(VARIANTS)} pipelines into {Path(out_dir)}/")
         for p in paths:
             click.echo(f"  {p}")
         return
-    path = compile_variant(Variant(kind, template, ClaimMode.parse(mode)), out_dir)
+    path = compile_variant(Variant(kind, template, ClaimMode.parse(mode), kueue_queue), out_dir)
     click.echo(str(path))
