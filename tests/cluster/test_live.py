@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from draslice.cli import main
 from draslice.cluster import live
 from draslice.cluster.snapshot import NVIDIA_DEVICE_CLASSES
-from draslice.cluster.templates import mig_claim_template
+from draslice.cluster.templates import mig_claim_template, shared_gpu_claim_template
 from tests.cluster.conftest import claim, load_fixture_objects
 from tests.cluster.k8s_fake_server import RESOURCE, FakeCluster, kubeconfig, serve
 
@@ -113,3 +113,27 @@ def test_missing_kubeconfig_points_at_snapshot(tmp_path, monkeypatch):
     res = CliRunner().invoke(main, ["preflight", "--kubeconfig", str(tmp_path / "none")])
     assert res.exit_code == 1
     assert "cannot load cluster credentials" in res.output and "--snapshot" in res.output
+
+
+def test_pipeline_preflight_in_a_pod_reads_the_cluster(cluster, monkeypatch, tmp_path):
+    """The component with source=auto inside a pod: the service account's namespace and the
+    live API (here the loopback server through a kubeconfig-configured client)."""
+    from kfp import dsl
+
+    from draslice.components.preflight import preflight
+    from draslice.trainer.errors import DrasliceError
+
+    cluster.objects += [mig_claim_template("1g.10gb", namespace="kubeflow"),
+                        shared_gpu_claim_template(namespace="kubeflow")]
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setattr(live, "_pod_namespace", lambda: "kubeflow")
+    real = live.api_client
+    monkeypatch.setattr(live, "api_client", lambda *a: real(cluster.kubeconfig))
+    report = dsl.Markdown(name="report", uri=str(tmp_path / "report"), metadata={})
+    out = preflight.python_func(claim_template="shared-gpu-timeslice", on_missing_dra="skip",
+                                report=report)
+    assert out.decision == "ready" and "16 match, 16 free" in out.reason
+    assert f"source: cluster {cluster.url}" in (tmp_path / "report").read_text()
+    with pytest.raises(DrasliceError, match="preflight failed") as err:
+        preflight.python_func(claim_template="mig-1g-10gb", on_missing_dra="skip", report=report)
+    assert "nvidia-smi mig -cgi" in str(err.value)
