@@ -100,6 +100,16 @@ def test_404_means_no_dra(cluster, policy, code):
     assert "Kubernetes 1.34" in res.output
 
 
+def test_404_names_the_versions_the_cluster_serves(cluster):
+    cluster.dra = False
+    cluster.other_versions = ["v1beta1"]
+    res = _preflight(cluster, "--json")
+    assert res.exit_code == 77
+    (note,) = json.loads(res.output)["notes"]
+    assert "it serves resource.k8s.io/v1beta1 only" in note and "upgrade to Kubernetes 1.34+" \
+        in note
+
+
 def test_unreachable_server_is_one_clear_line(tmp_path):
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(kubeconfig("http://127.0.0.1:9")))
