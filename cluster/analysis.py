@@ -437,7 +437,8 @@ def _analyze(snapshot: Snapshot, template: dict | None, on_missing_dra: str) -> 
     report.profiles = list(state.profiles)
     gpu_devices = state.gpu_devices
 
-    if template is not None:
+    if template is not None and (snapshot.device_classes or snapshot.slices):
+        # (with no DRA object at all there is nothing to match: the decision is skip/fail)
         _analyze_template(report, snapshot, template, inventory, states, taken, used)
     _decide(report, snapshot, gpu_devices, missing)
     return report
