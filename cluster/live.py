@@ -174,6 +174,12 @@ def read_cluster(api, namespace: str | None) -> Snapshot:
             api, f"{GROUP_PATH}/namespaces/{namespace}/resourceclaimtemplates",
             "resourceclaimtemplates.resource.k8s.io", f"namespace {namespace}",
         )
+    else:
+        try:
+            snap.templates = list_all(api, f"{GROUP_PATH}/resourceclaimtemplates",
+                                      "resourceclaimtemplates.resource.k8s.io", "all namespaces")
+        except ClusterAccessError as exc:
+            snap.notes.append(f"claim templates not read ({exc}); pass --namespace")
     if snap.device_classes and not snap.slices:
         _read_for_diagnosis(api, snap)
     return snap

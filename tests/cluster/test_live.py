@@ -147,3 +147,15 @@ def test_pipeline_preflight_in_a_pod_reads_the_cluster(cluster, monkeypatch, tmp
     with pytest.raises(DrasliceError, match="preflight failed") as err:
         preflight.python_func(claim_template="mig-1g-10gb", on_missing_dra="skip", report=report)
     assert "nvidia-smi mig -cgi" in str(err.value)
+
+
+def test_template_by_name_without_namespace_is_found_in_any_namespace(cluster):
+    cluster.objects.append(mig_claim_template("1g.10gb", namespace="team-b"))
+    res = _preflight(cluster, "--template", "mig-1g-10gb")
+    assert "claim template: mig-1g-10gb" in res.output and res.exit_code == 1  # no MIG device
+    assert "Request gpu-slice: class mig.nvidia.com" in res.output
+    cluster.forbidden.add(f"{RESOURCE}/resourceclaimtemplates")
+    res = _preflight(cluster, "--template", "mig-1g-10gb")
+    assert res.exit_code == 1
+    assert "ResourceClaimTemplate mig-1g-10gb not found in any namespace" in res.output
+    assert "claim templates not read" in res.output and "pass --namespace" in res.output
