@@ -116,6 +116,20 @@ def list_all(api, path: str, resource: str, scope: str) -> list[dict]:
             return items
 
 
+def _served_versions(api) -> list[str]:
+    """The versions of resource.k8s.io the server does serve (discovery), if any."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        resp = api.call_api("/apis/resource.k8s.io", "GET",
+                            header_params={"Accept": "application/json"},
+                            auth_settings=["BearerToken"], _preload_content=False,
+                            _return_http_data_only=True)
+        return [v["groupVersion"] for v in json.loads(resp.data).get("versions", [])]
+    except (ApiException, ValueError, KeyError):
+        return []
+
+
 def _server_message(exc) -> str:
     try:
         return json.loads(exc.body).get("message", "")
@@ -133,8 +147,13 @@ def read_cluster(api, namespace: str | None) -> Snapshot:
                                        "resource.k8s.io", "cluster scope")
     except _NotServed:
         snap.dra_api = False
-        snap.notes.append(f"{host} answers 404 for {GROUP_PATH}: resource.k8s.io/v1 is not "
-                          "served (Kubernetes < 1.34, or DRA disabled)")
+        others = _served_versions(api)
+        snap.notes.append(
+            f"{host} answers 404 for {GROUP_PATH}: resource.k8s.io/v1 is not served "
+            + (f"(it serves {', '.join(others)} only: DRA before GA; upgrade to Kubernetes "
+               "1.34+ for the NVIDIA driver's v1 API)" if others
+               else "(Kubernetes < 1.34, or DRA disabled)")
+        )
         return snap
     snap.slices = list_all(api, f"{GROUP_PATH}/resourceslices",
                            "resourceslices.resource.k8s.io", "cluster scope")
@@ -155,6 +174,12 @@ def read_cluster(api, namespace: str | None) -> Snapshot:
             api, f"{GROUP_PATH}/namespaces/{namespace}/resourceclaimtemplates",
             "resourceclaimtemplates.resource.k8s.io", f"namespace {namespace}",
         )
+    else:
+        try:
+            snap.templates = list_all(api, f"{GROUP_PATH}/resourceclaimtemplates",
+                                      "resourceclaimtemplates.resource.k8s.io", "all namespaces")
+        except ClusterAccessError as exc:
+            snap.notes.append(f"claim templates not read ({exc}); pass --namespace")
     if snap.device_classes and not snap.slices:
         _read_for_diagnosis(api, snap)
     return snap

@@ -122,9 +122,10 @@ def template_from_cluster(snapshot, name: str, namespace: str | None) -> dict | 
     present = sorted(
         f"{t['metadata'].get('namespace', '')}/{t['metadata']['name']}" for t in snapshot.templates
     )
+    unread = "".join(f"; {n}" for n in snapshot.notes if "templates not read" in n)
     raise PreflightFailed(
         f"ResourceClaimTemplate {name} not found in {where} of {snapshot.source} "
-        f"(present: {', '.join(present) or 'none'}); render and apply it with "
+        f"(present: {', '.join(present) or 'none'}{unread}); render and apply it with "
         "`draslice manifests`, or check it with --profile/--shared/--template-file"
     )
 

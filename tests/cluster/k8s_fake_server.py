@@ -28,6 +28,7 @@ class FakeCluster:
     objects: list[dict] = field(default_factory=list)
     forbidden: set[str] = field(default_factory=set)  # paths answered 403
     dra: bool = True  # False: resource.k8s.io/v1 is not served (404)
+    other_versions: list[str] = field(default_factory=list)  # served instead, e.g. v1beta1
     user: str = "system:serviceaccount:kubeflow:pipeline-runner"
     log: list[tuple[str, str, dict]] = field(default_factory=list)
 
@@ -89,6 +90,13 @@ def serve(cluster: FakeCluster):
                 self._send(403, _status(403, "Forbidden", (
                     f"{resource}.{group} is forbidden: User \"{cluster.user}\" cannot list "
                     f"resource \"{resource}\" in API group \"{group}\" {scope}")))
+                return
+            if url.path == "/apis/resource.k8s.io" and (cluster.dra or cluster.other_versions):
+                versions = (["v1"] if cluster.dra else []) + cluster.other_versions
+                self._send(200, {"kind": "APIGroup", "apiVersion": "v1",
+                                 "name": "resource.k8s.io",
+                                 "versions": [{"groupVersion": f"resource.k8s.io/{v}",
+                                               "version": v} for v in versions]})
                 return
             items = cluster.listing(url.path) if cluster.dra else None
             if items is None:

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from draslice.cli import main
 from draslice.cluster import live
 from draslice.cluster.snapshot import NVIDIA_DEVICE_CLASSES
-from draslice.cluster.templates import mig_claim_template
+from draslice.cluster.templates import mig_claim_template, shared_gpu_claim_template
 from tests.cluster.conftest import claim, load_fixture_objects
 from tests.cluster.k8s_fake_server import RESOURCE, FakeCluster, kubeconfig, serve
 
@@ -100,6 +100,16 @@ def test_404_means_no_dra(cluster, policy, code):
     assert "Kubernetes 1.34" in res.output
 
 
+def test_404_names_the_versions_the_cluster_serves(cluster):
+    cluster.dra = False
+    cluster.other_versions = ["v1beta1"]
+    res = _preflight(cluster, "--json")
+    assert res.exit_code == 77
+    (note,) = json.loads(res.output)["notes"]
+    assert "it serves resource.k8s.io/v1beta1 only" in note and "upgrade to Kubernetes 1.34+" \
+        in note
+
+
 def test_unreachable_server_is_one_clear_line(tmp_path):
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(kubeconfig("http://127.0.0.1:9")))
@@ -113,3 +123,39 @@ def test_missing_kubeconfig_points_at_snapshot(tmp_path, monkeypatch):
     res = CliRunner().invoke(main, ["preflight", "--kubeconfig", str(tmp_path / "none")])
     assert res.exit_code == 1
     assert "cannot load cluster credentials" in res.output and "--snapshot" in res.output
+
+
+def test_pipeline_preflight_in_a_pod_reads_the_cluster(cluster, monkeypatch, tmp_path):
+    """The component with source=auto inside a pod: the service account's namespace and the
+    live API (here the loopback server through a kubeconfig-configured client)."""
+    from kfp import dsl
+
+    from draslice.components.preflight import preflight
+    from draslice.trainer.errors import DrasliceError
+
+    cluster.objects += [mig_claim_template("1g.10gb", namespace="kubeflow"),
+                        shared_gpu_claim_template(namespace="kubeflow")]
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setattr(live, "_pod_namespace", lambda: "kubeflow")
+    real = live.api_client
+    monkeypatch.setattr(live, "api_client", lambda *a: real(cluster.kubeconfig))
+    report = dsl.Markdown(name="report", uri=str(tmp_path / "report"), metadata={})
+    out = preflight.python_func(claim_template="shared-gpu-timeslice", on_missing_dra="skip",
+                                report=report)
+    assert out.decision == "ready" and "16 match, 16 free" in out.reason
+    assert f"source: cluster {cluster.url}" in (tmp_path / "report").read_text()
+    with pytest.raises(DrasliceError, match="preflight failed") as err:
+        preflight.python_func(claim_template="mig-1g-10gb", on_missing_dra="skip", report=report)
+    assert "nvidia-smi mig -cgi" in str(err.value)
+
+
+def test_template_by_name_without_namespace_is_found_in_any_namespace(cluster):
+    cluster.objects.append(mig_claim_template("1g.10gb", namespace="team-b"))
+    res = _preflight(cluster, "--template", "mig-1g-10gb")
+    assert "claim template: mig-1g-10gb" in res.output and res.exit_code == 1  # no MIG device
+    assert "Request gpu-slice: class mig.nvidia.com" in res.output
+    cluster.forbidden.add(f"{RESOURCE}/resourceclaimtemplates")
+    res = _preflight(cluster, "--template", "mig-1g-10gb")
+    assert res.exit_code == 1
+    assert "ResourceClaimTemplate mig-1g-10gb not found in any namespace" in res.output
+    assert "claim templates not read" in res.output and "pass --namespace" in res.output
