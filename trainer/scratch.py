@@ -208,8 +208,11 @@ def save_preset(name: str, out_dir: str | Path, device: str = "cpu", **overrides
 
 # -- demo data --------------------------------------------------------------------------------
 
-_WORDS = ("red green blue yellow black white orange purple one two three four five six "
-          "seven eight nine monday tuesday friday march april").split()
+_WORDS = (
+    "red", "green", "blue", "yellow", "black", "white", "orange", "purple", "one", "two",
+    "three", "four", "five", "six", "seven", "eight", "nine", "monday", "tuesday", "friday",
+    "march", "april",
+)
 
 
 def demo_examples(n: int, seed: int = 0) -> list[dict]:
