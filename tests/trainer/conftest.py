@@ -30,3 +30,15 @@ def demo_data(tmp_path_factory):
         "chat": write_demo_data(root / "chat.jsonl", "chat", 128),
         "datasets": write_demo_data(root / "saved", "datasets", 128),
     }
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for the tiny models: on a busy 2-core machine OpenMP threads spin
+    against other processes and a 150k-parameter step takes 100x longer."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
