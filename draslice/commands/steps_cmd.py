@@ -52,7 +52,7 @@ def smoke(device: str, matmul_size: int, slice_memory_gib: float, as_json: bool)
 @click.option("--eval-fraction", type=float, default=0.0, show_default=True,
               help="Hold out this fraction for an eval loss, logged at every log step.")
 @click.option("--gradient-checkpointing", is_flag=True,
-              help="Recompute activations in backward: less memory, ~30%% slower.")
+              help="Recompute activations in backward: less memory, ~30% slower.")
 @click.option("--bf16-weights", is_flag=True, help="Keep the frozen base in bf16 (half of fp32).")
 @click.option("--load-in-4bit", is_flag=True,
               help="QLoRA: a 4-bit NF4 base through bitsandbytes (CUDA only).")
@@ -60,14 +60,16 @@ def smoke(device: str, matmul_size: int, slice_memory_gib: float, as_json: bool)
 @click.option("--precision", default="auto", show_default=True, help="auto, bf16 or fp32.")
 @click.option("--slice-memory-gib", type=float, default=0.0, show_default=True,
               help="Emulate a slice of N GiB on a bigger GPU by capping CUDA memory (0: none).")
-@click.option("--steps", type=int, default=30, show_default=True)
-@click.option("--batch-size", type=int, default=8, show_default=True)
+@click.option("--steps", type=int, default=30, show_default=True, help="Optimizer steps.")
+@click.option("--batch-size", type=int, default=8, show_default=True,
+              help="Examples (or packed rows) per step.")
 @click.option("--seq-len", type=int, default=64, show_default=True,
               help="Sequence length of the synthetic run (a real run uses --max-length).")
 @click.option("--learning-rate", type=float, default=3e-3, show_default=True)
 @click.option("--lr-schedule", type=click.Choice(["constant", "cosine"]), default="constant",
-              show_default=True)
-@click.option("--warmup-steps", type=int, default=0, show_default=True)
+              show_default=True, help="After warmup: keep the rate, or decay it to 0.")
+@click.option("--warmup-steps", type=int, default=0, show_default=True,
+              help="Raise the learning rate linearly over the first N steps.")
 @click.option("--lora-r", type=int, default=8, show_default=True)
 @click.option("--lora-alpha", type=int, default=16, show_default=True)
 @click.option("--lora-targets", default="auto", show_default=True,
