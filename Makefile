@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 RUN_ARGS ?=
 
-.PHONY: setup run test lint compile bench clean
+.PHONY: setup run test lint compile manifests bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,6 +29,9 @@ test: lint
 
 compile: setup
 	$(VENV)/bin/draslice compile
+
+manifests: setup
+	$(VENV)/bin/draslice manifests all --out manifests
 
 bench: setup
 	$(PY) benchmarks/local_run.py

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from draslice.cluster.cel import check_expression
 from draslice.cluster.names import validate_dns_label, validate_template_name
 from draslice.trainer.errors import InvalidParameter
 
@@ -114,7 +115,10 @@ class Sharing:
 
 
 def _template(name: str, namespace: str | None, request: dict, config: list[dict]) -> dict:
+    """The ResourceClaimTemplate; its CEL selectors are compiled here, so a typo fails now."""
     validate_template_name(name)
+    for selector in request["exactly"].get("selectors", []):
+        check_expression(selector["cel"]["expression"])
     metadata: dict = {"name": name}
     if namespace:
         validate_dns_label(namespace, "namespace")

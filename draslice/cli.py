@@ -36,6 +36,8 @@ def _register() -> None:
     from draslice.commands import (
         advise_cmd,
         compile_cmd,
+        manifests_cmd,
+        preflight_cmd,
         run_cmd,
         schedule_cmd,
         steps_cmd,
@@ -51,6 +53,8 @@ def _register() -> None:
     main.add_command(upload_cmd.upload)
     main.add_command(submit_cmd.submit)
     main.add_command(schedule_cmd.schedule)
+    main.add_command(preflight_cmd.preflight)
+    main.add_command(manifests_cmd.manifests)
 
 
 _register()

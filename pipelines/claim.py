@@ -22,10 +22,11 @@ from enum import StrEnum
 from kfp import kubernetes
 from kfp.dsl import PipelineTask
 
-from draslice.cluster.names import validate_template_name
+from draslice.cluster.manifests.kueue import QUEUE_LABEL, check_queue_name
+from draslice.cluster.names import CLAIM_LABEL, validate_template_name
 from draslice.trainer.errors import InvalidParameter
 
-CLAIM_LABEL = "draslice.dev/claim-template"
+__all__ = ["CLAIM_LABEL", "NATIVE_FIELD", "QUEUE_LABEL", "ClaimMode", "bind_claim"]
 NATIVE_FIELD = "podResourceClaims"
 
 
@@ -43,14 +44,21 @@ class ClaimMode(StrEnum):
             ) from err
 
 
-def bind_claim(task: PipelineTask, template: str, mode: str | ClaimMode) -> PipelineTask:
+def bind_claim(
+    task: PipelineTask, template: str, mode: str | ClaimMode, *, kueue_queue: str | None = None
+) -> PipelineTask:
     """Give ``task``'s pod the claim on ``template`` in ``mode``.
+
+    With ``kueue_queue`` the pod also gets the label ``kueue.x-k8s.io/queue-name``, so Kueue
+    admits it against the queue's quota on slices (``draslice compile --kueue-queue``).
 
     Call it last among a task's kfp-kubernetes settings: in native mode it writes a field the
     released kfp-kubernetes protos do not know, and they refuse to re-read it.
     """
     validate_template_name(template)
     mode = ClaimMode.parse(mode)
+    if kueue_queue is not None:
+        kubernetes.add_pod_label(task, QUEUE_LABEL, check_queue_name(kueue_queue))
     if mode is ClaimMode.POLICY:
         return kubernetes.add_pod_label(task, CLAIM_LABEL, template)
     config = task.platform_config.setdefault("kubernetes", {})

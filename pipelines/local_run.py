@@ -8,6 +8,7 @@ the claim among them, are ignored locally: the tasks use this machine's CPU or G
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ class LocalRun:
     verdict: str | None
     summary_path: Path | None
     report_path: Path | None
+    preflight: dict | None = None  # {"decision": ..., "reason": ...} of the preflight task
 
 
 def new_run_dir(base: str | Path = "runs") -> Path:
@@ -65,4 +67,13 @@ def run_pipeline(
     summary = _newest(run_dir, "validate", "summary")
     report = _newest(run_dir, "validate", "report")
     verdict = summary.read_text() if summary else None
-    return LocalRun(run_dir, succeeded, verdict, summary, report)
+    return LocalRun(run_dir, succeeded, verdict, summary, report, _preflight_outputs(run_dir))
+
+
+def _preflight_outputs(run_dir: Path) -> dict | None:
+    """The preflight task's ``decision`` and ``reason``, as kfp.local recorded them."""
+    path = _newest(run_dir, "preflight", "executor_output.json")
+    if path is None:
+        return None
+    params = json.loads(path.read_text()).get("parameterValues", {})
+    return {k: params[k] for k in ("decision", "reason") if k in params}

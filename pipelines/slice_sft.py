@@ -34,24 +34,29 @@ def pipeline_name(kind: str, template: str, mode: ClaimMode) -> str:
     return f"draslice-{kind}-{template}{suffix}"
 
 
-def _checks(claim_template: str, on_missing_dra: str):
-    pre = preflight(claim_template=claim_template, on_missing_dra=on_missing_dra)
+def _checks(claim_template: str, on_missing_dra: str, source: str):
+    pre = preflight(claim_template=claim_template, on_missing_dra=on_missing_dra, source=source)
     pre.set_caching_options(False)  # it reports on the cluster as it is now
     pre.set_display_name("preflight")
     return pre
 
 
-def _smoke(template: str, mode: ClaimMode, device: str, slice_memory_gib: float):
+def _smoke(template: str, mode: ClaimMode, device: str, slice_memory_gib: float,
+           kueue_queue: str | None):
     task = smoke(device=device, slice_memory_gib=slice_memory_gib)
     task.set_caching_options(False)  # a cached smoke proves nothing about today's slice
     task.set_display_name("smoke matmul")
-    return bind_claim(task, template, mode)
+    return bind_claim(task, template, mode, kueue_queue=kueue_queue)
 
 
 def build_sft_pipeline(
-    template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.POLICY
+    template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.POLICY,
+    kueue_queue: str | None = None,
 ) -> Callable:
-    """The seed guide's flow as a KFP pipeline whose GPU tasks claim ``template``."""
+    """The seed guide's flow as a KFP pipeline whose GPU tasks claim ``template``.
+
+    With ``kueue_queue`` the GPU tasks' pods join that Kueue LocalQueue.
+    """
     validate_template_name(template)
     mode = ClaimMode.parse(mode)
 
@@ -64,6 +69,7 @@ def build_sft_pipeline(
     )
     def slice_sft(
         on_missing_dra: str = "skip",
+        preflight_source: str = "auto",
         device: str = "auto",
         precision: str = "auto",
         slice_memory_gib: float = 0.0,
@@ -78,9 +84,9 @@ def build_sft_pipeline(
         memory_headroom: float = 0.1,
         min_loss_drop: float = 0.3,
     ):
-        pre = _checks(template, on_missing_dra)
+        pre = _checks(template, on_missing_dra, preflight_source)
         with dsl.If(pre.outputs["decision"] == READY, name="slice-available"):
-            smoke_task = _smoke(template, mode, device, slice_memory_gib)
+            smoke_task = _smoke(template, mode, device, slice_memory_gib, kueue_queue)
             train = sft(
                 device=device,
                 precision=precision,
@@ -95,7 +101,7 @@ def build_sft_pipeline(
                 seed=seed,
             ).after(smoke_task)
             train.set_display_name("LoRA SFT")
-            bind_claim(train, template, mode)
+            bind_claim(train, template, mode, kueue_queue=kueue_queue)
             check = validate(
                 adapter=train.outputs["adapter"],
                 train_log=train.outputs["train_log"],
@@ -113,7 +119,8 @@ def build_sft_pipeline(
 
 
 def build_canary_pipeline(
-    template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.POLICY
+    template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.POLICY,
+    kueue_queue: str | None = None,
 ) -> Callable:
     """``preflight -> smoke``: a cheap recurring check that a slice can be had and computes."""
     validate_template_name(template)
@@ -123,10 +130,12 @@ def build_canary_pipeline(
         name=pipeline_name("canary", template, mode),
         description=f"Canary for DRA GPU slices of claim template {template}: preflight, smoke.",
     )
-    def slice_canary(on_missing_dra: str = "skip", device: str = "auto"):
-        pre = _checks(template, on_missing_dra)
+    def slice_canary(
+        on_missing_dra: str = "skip", preflight_source: str = "auto", device: str = "auto"
+    ):
+        pre = _checks(template, on_missing_dra, preflight_source)
         with dsl.If(pre.outputs["decision"] == READY, name="slice-available"):
-            _smoke(template, mode, device, 0.0)
+            _smoke(template, mode, device, 0.0, kueue_queue)
 
     return slice_canary
 
@@ -136,6 +145,7 @@ def build_finetune_pipeline(
     mode: str | ClaimMode = ClaimMode.POLICY,
     pvc_name: str = DEFAULT_PVC,
     mount_path: str = DEFAULT_MOUNT,
+    kueue_queue: str | None = None,
 ) -> Callable:
     """Fine-tune a model from the PVC ``pvc_name`` on data from it, in a slice of ``template``.
 
@@ -177,15 +187,16 @@ def build_finetune_pipeline(
         merge: bool = False,
         seed: int = 0,
         on_missing_dra: str = "skip",
+        preflight_source: str = "auto",
         device: str = "auto",
         precision: str = "auto",
         slice_memory_gib: float = 0.0,
         memory_headroom: float = 0.1,
         min_loss_drop: float = 0.05,
     ):
-        pre = _checks(template, on_missing_dra)
+        pre = _checks(template, on_missing_dra, preflight_source)
         with dsl.If(pre.outputs["decision"] == READY, name="slice-available"):
-            smoke_task = _smoke(template, mode, device, slice_memory_gib)
+            smoke_task = _smoke(template, mode, device, slice_memory_gib, kueue_queue)
             train = finetune(
                 model_dir=model_dir, data=data, mount_path=mount_path,
                 checkpoint_root=checkpoint_dir, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
@@ -202,7 +213,7 @@ def build_finetune_pipeline(
             train.set_display_name("fine-tune")
             train.set_caching_options(False)  # the data on the PVC can change under one name
             kubernetes.mount_pvc(train, pvc_name=pvc_name, mount_path=mount_path)
-            bind_claim(train, template, mode)  # last: see bind_claim
+            bind_claim(train, template, mode, kueue_queue=kueue_queue)  # last: see bind_claim
             check = validate(
                 adapter=train.outputs["adapter"],
                 train_log=train.outputs["train_log"],

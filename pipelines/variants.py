@@ -7,7 +7,7 @@ file is stale.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kfp import compiler
@@ -41,6 +41,7 @@ class Variant:
     mode: ClaimMode
     pvc_name: str = DEFAULT_PVC  # finetune only: the model/data volume, fixed at compile time
     mount_path: str = DEFAULT_MOUNT
+    kueue_queue: str | None = None  # never set for the committed compiled/ files
 
     @property
     def filename(self) -> str:
@@ -49,8 +50,8 @@ class Variant:
     def build(self) -> Callable:
         if self.kind == "finetune":
             return build_finetune_pipeline(self.template, self.mode, self.pvc_name,
-                                           self.mount_path)
-        return BUILDERS[self.kind](self.template, self.mode)
+                                           self.mount_path, self.kueue_queue)
+        return BUILDERS[self.kind](self.template, self.mode, self.kueue_queue)
 
 
 VARIANTS = (
@@ -67,5 +68,6 @@ def compile_variant(variant: Variant, out_dir: str | Path) -> Path:
     return path
 
 
-def compile_all(out_dir: str | Path) -> list[Path]:
-    return [compile_variant(v, out_dir) for v in VARIANTS]
+def compile_all(out_dir: str | Path, kueue_queue: str | None = None) -> list[Path]:
+    """Every committed variant; with ``kueue_queue`` its GPU tasks join that Kueue queue."""
+    return [compile_variant(replace(v, kueue_queue=kueue_queue), out_dir) for v in VARIANTS]

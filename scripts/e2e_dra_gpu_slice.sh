@@ -10,8 +10,8 @@
 #   5. read the run's pod logs: "DRA LoRA SFT on GPU slice: OK" and "verdict: PASS"
 #
 # Exit: 0 passed, 1 failed, 2 bad setup (missing tool or file), 77 skipped.
-# Everything is a variable; the defaults fit standalone KFP in namespace kubeflow with the
-# manifests committed under manifests/. KFP credentials: $KFP_TOKEN, or pass the
+# Everything is a variable; the defaults fit standalone KFP in namespace kubeflow; the
+# manifests are rendered by `draslice manifests` for TEMPLATE and NAMESPACE. KFP credentials: $KFP_TOKEN, or pass the
 # `draslice` connection flags in KFP_ARGS (e.g. KFP_ARGS="--token-file /path --ca-bundle ca.pem").
 #
 #   KFP_HOST=http://127.0.0.1:8080 TEMPLATE=mig-1g-6gb scripts/e2e_dra_gpu_slice.sh
@@ -24,11 +24,16 @@ MODE="${MODE:-policy}"                      # policy | native
 NAMESPACE="${NAMESPACE:-kubeflow}"          # where the claim template and the run's pods live
 KFP_HOST="${KFP_HOST:-${KF_PIPELINES_ENDPOINT:-}}"
 KFP_ARGS="${KFP_ARGS:-}"                    # extra draslice connection flags, space separated
-MANIFESTS="${MANIFESTS:-manifests}"
-CLAIM_TEMPLATE_FILE="${CLAIM_TEMPLATE_FILE:-${MANIFESTS}/claim-templates/${TEMPLATE}.yaml}"
-RBAC_FILE="${RBAC_FILE:-${MANIFESTS}/rbac/pipeline-runner.yaml}"
-ADMISSION_FILE="${ADMISSION_FILE:-${MANIFESTS}/admission/mutating-admission-policy.v1.yaml}"
-NAMESPACE_LABEL="${NAMESPACE_LABEL:-draslice.dev/dra-claims=enabled}"
+# The manifests are rendered with `draslice manifests` for TEMPLATE and NAMESPACE, unless a
+# file is given. PROFILE: the MIG profile of a mig-* template (derived: mig-1g-6gb -> 1g.6gb;
+# set it for profiles such as 1g.10gb+me).
+PROFILE="${PROFILE:-}"
+ENGINE="${ENGINE:-map-v1}"                  # map-v1 (1.36+) | map-v1beta1 | kyverno | kyverno-clusterpolicy
+SERVICE_ACCOUNT="${SERVICE_ACCOUNT:-pipeline-runner}"   # KFP multi-user: default-editor
+CLAIM_TEMPLATE_FILE="${CLAIM_TEMPLATE_FILE:-}"
+RBAC_FILE="${RBAC_FILE:-}"
+ADMISSION_FILE="${ADMISSION_FILE:-}"
+NAMESPACE_LABEL="${NAMESPACE_LABEL:-draslice.dev/claim-injection=enabled}"
 VARIANT="${VARIANT:-sft.${MODE}.${TEMPLATE}}"
 EXPERIMENT="${EXPERIMENT:-draslice-e2e}"
 TIMEOUT="${TIMEOUT:-1800}"                  # seconds to wait for the run
@@ -52,12 +57,35 @@ for tool in "${KUBECTL}" "${DRASLICE}"; do
 done
 [[ -n "${KFP_HOST}" ]] || bad "set KFP_HOST (e.g. http://127.0.0.1:8080 after kubectl port-forward)"
 [[ "${MODE}" == policy || "${MODE}" == native ]] || bad "MODE must be policy or native"
-for f in "${CLAIM_TEMPLATE_FILE}" "${RBAC_FILE}"; do
-  [[ -f "${f}" ]] || bad "no file ${f} (set MANIFESTS or the *_FILE variables)"
-done
-if [[ "${MODE}" == policy ]]; then
-  [[ -f "${ADMISSION_FILE}" ]] || bad "no file ${ADMISSION_FILE} (set ADMISSION_FILE)"
+work="$(mktemp -d)"
+trap 'rm -rf "${work}"' EXIT
+render() {  # render <file> <draslice manifests args...>: the YAML for this run's namespace
+  local file="$1"; shift
+  "${DRASLICE}" manifests "$@" > "${file}" || bad "draslice manifests $* failed"
+}
+if [[ -z "${CLAIM_TEMPLATE_FILE}" ]]; then
+  CLAIM_TEMPLATE_FILE="${work}/claim-template.yaml"
+  case "${TEMPLATE}" in
+    shared-gpu-timeslice) claim_args=(--shared timeslicing) ;;
+    shared-gpu-mps) claim_args=(--shared mps) ;;
+    mig-*) p="${TEMPLATE#mig-}"; claim_args=(--profile "${PROFILE:-${p/-/.}}") ;;
+    *) bad "template ${TEMPLATE}: set CLAIM_TEMPLATE_FILE (or PROFILE for a MIG profile)" ;;
+  esac
+  render "${CLAIM_TEMPLATE_FILE}" claim-templates "${claim_args[@]}" --namespace "${NAMESPACE}"
+  grep -qx "  name: ${TEMPLATE}" "${CLAIM_TEMPLATE_FILE}" \
+    || bad "draslice manifests ${claim_args[*]} does not name its template ${TEMPLATE}: set PROFILE"
 fi
+if [[ -z "${RBAC_FILE}" ]]; then
+  RBAC_FILE="${work}/rbac.yaml"
+  render "${RBAC_FILE}" rbac --namespace "${NAMESPACE}" --service-account "${SERVICE_ACCOUNT}"
+fi
+if [[ "${MODE}" == policy && -z "${ADMISSION_FILE}" ]]; then
+  ADMISSION_FILE="${work}/admission-policy.yaml"
+  render "${ADMISSION_FILE}" admission-policy --engine "${ENGINE}"
+fi
+for f in "${CLAIM_TEMPLATE_FILE}" "${RBAC_FILE}" ${ADMISSION_FILE:+"${ADMISSION_FILE}"}; do
+  [[ -f "${f}" ]] || bad "no file ${f}"
+done
 
 # 1. Does the driver publish anything? No DRA API or no slice for the driver: skip.
 if ! drivers="$("${KUBECTL}" get resourceslices \
@@ -89,8 +117,7 @@ fi
 
 # 4. Upload (idempotent) and run that version; the exit code is the run's final state.
 "${DRASLICE}" upload --variant "${VARIANT}" --host "${KFP_HOST}" "${kfp_args[@]}"
-out="$(mktemp)"
-trap 'rm -f "${out}"' EXIT
+out="${work}/submit.out"
 set +e
 "${DRASLICE}" submit --variant "${VARIANT}" --upload --experiment "${EXPERIMENT}" \
   --param on_missing_dra=fail --wait --timeout "${TIMEOUT}" --poll "${POLL}" \

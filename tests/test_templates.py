@@ -71,3 +71,15 @@ def test_bad_namespace_is_named():
     with pytest.raises(InvalidParameter) as err:
         mig_claim_template("1g.6gb", namespace="Team_A")
     assert err.value.name == "namespace"
+
+
+def test_template_selectors_are_compiled_at_render_time(monkeypatch):
+    """A typo in a selector fails when the template is built, not on the cluster."""
+    from draslice.cluster import templates
+
+    monkeypatch.setattr(
+        templates, "mig_selector",
+        lambda profile: f'device.atributes["gpu.nvidia.com"].profile == "{profile}"',
+    )
+    with pytest.raises(InvalidParameter, match="atributes"):
+        templates.mig_claim_template("1g.6gb")

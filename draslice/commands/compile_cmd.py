@@ -7,10 +7,13 @@ from pathlib import Path
 import click
 
 from draslice.pipelines.claim import ClaimMode
+from draslice.trainer.errors import InvalidParameter
+
+COMMITTED_DIR = "compiled"
 
 
 @click.command("compile")
-@click.option("--out", "out_dir", default="compiled", show_default=True,
+@click.option("--out", "out_dir", default=COMMITTED_DIR, show_default=True,
               type=click.Path(file_okay=False), help="Folder to write the YAML into.")
 @click.option("--template", default=None,
               help="Compile one pipeline for this claim template instead of the committed set.")
@@ -26,8 +29,14 @@ from draslice.pipelines.claim import ClaimMode
               help="With --kind finetune: the PersistentVolumeClaim holding models and data.")
 @click.option("--mount-path", default="/data", show_default=True,
               help="With --kind finetune: where that PVC is mounted in the tasks.")
-def compile_pipelines(out_dir: str, template: str | None, mode: str, kind: str, pvc_name: str,
-                      mount_path: str) -> None:
+@click.option("--kueue-queue", default=None, metavar="NAME",
+              help="Label the GPU tasks' pods kueue.x-k8s.io/queue-name=NAME so Kueue admits "
+                   "them against that LocalQueue's quota on slices. Needs --out other than "
+                   "compiled/ (the committed files stay without it).")
+def compile_pipelines(
+    out_dir: str, template: str | None, mode: str, kind: str, pvc_name: str, mount_path: str,
+    kueue_queue: str | None,
+) -> None:
     """Compile the pipelines to KFP YAML (byte-for-byte reproducible).
 
     Without --template it regenerates every file committed under compiled/: the SFT and the
@@ -41,16 +50,27 @@ def compile_pipelines(out_dir: str, template: str | None, mode: str, kind: str, 
       draslice compile --template mig-2g-12gb --out my/  # your own template
       draslice compile --template mig-1g-6gb --mode native --kind canary
       draslice compile --template mig-2g-12gb --kind finetune --pvc team-llm --out my/
+      draslice compile --kueue-queue gpu-slices --out compiled-kueue/
     """
     from draslice.pipelines.variants import VARIANTS, Variant, compile_all, compile_variant
 
+    if kueue_queue is not None:
+        from draslice.cluster.manifests.kueue import check_queue_name
+
+        check_queue_name(kueue_queue)
+        if Path(out_dir).resolve() == Path(COMMITTED_DIR).resolve():
+            raise InvalidParameter(
+                "out", out_dir,
+                "--kueue-queue writes the same file names: choose another folder with --out "
+                "(compiled/ holds the committed pipelines, without a queue)",
+            )
     if template is None:
-        paths = compile_all(out_dir)
+        paths = compile_all(out_dir, kueue_queue)
         click.echo(f"compiled {len(paths)} of {len(VARIANTS)} pipelines into {Path(out_dir)}/")
         for p in paths:
             click.echo(f"  {p}")
         return
-    path = compile_variant(
-        Variant(kind, template, ClaimMode.parse(mode), pvc_name, mount_path), out_dir
-    )
+    variant = Variant(kind, template, ClaimMode.parse(mode), pvc_name=pvc_name,
+                      mount_path=mount_path, kueue_queue=kueue_queue)
+    path = compile_variant(variant, out_dir)
     click.echo(str(path))

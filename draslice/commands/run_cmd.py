@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import click
 
@@ -38,6 +39,13 @@ DEFAULT_HEADROOM = 0.1
               help="Fraction by which the loss must fall for a PASS.")
 @click.option("--template", default=DEFAULT_TEMPLATE, show_default=True,
               help="Claim template named in the report (locally no claim is made).")
+@click.option("--snapshot", type=click.Path(exists=True, dir_okay=False),
+              help="Let preflight judge the cluster from this dump (`kubectl get deviceclasses,"
+                   "resourceslices,resourceclaims,resourceclaimtemplates -A -o yaml`): the GPU "
+                   "steps run only if the template could be allocated there.")
+@click.option("--on-missing-dra", type=click.Choice(["skip", "fail"]), default="skip",
+              show_default=True,
+              help="With --snapshot: a cluster without DRA skips the GPU steps or fails the run.")
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
               help="Each run gets a timestamped folder here with every artifact.")
 def run(**opts) -> None:
@@ -52,6 +60,7 @@ def run(**opts) -> None:
       draslice run                           # CPU or the local GPU, seed defaults
       draslice run --slice-memory-gib 6      # emulate a 1g.6gb-sized slice on a big GPU
       draslice run --lora-targets c_attn     # the seed guide's attention-only LoRA
+      draslice run --snapshot dump.yaml      # preflight judges that cluster first
     """
     from draslice.pipelines.local_run import new_run_dir, run_pipeline
 
@@ -65,7 +74,12 @@ def run(**opts) -> None:
     click.echo(f"run folder: {run_dir}")
     if result.report_path:
         click.echo(f"report:     {result.report_path}")
-    click.echo(result.verdict or "verdict: none (the pipeline stopped before validate)")
+    pre = result.preflight or {}
+    if pre.get("decision") == "skip":
+        click.echo(f"preflight: skipped the GPU steps — {pre.get('reason', '')}")
+        click.echo("verdict: none (no GPU step ran)")
+    else:
+        click.echo(result.verdict or "verdict: none (the pipeline stopped before validate)")
     click.echo(f"pipeline {'succeeded' if result.succeeded else 'FAILED'} in {seconds:.1f} s")
     sys.exit(0 if result.succeeded else 1)
 
@@ -101,5 +115,9 @@ def _checked_params(opts: dict) -> dict:
         raise InvalidParameter("min_loss_drop", opts["min_loss_drop"], "must be in [0, 1)")
     keys = ("device", "precision", "slice_memory_gib", "steps", "batch_size", "seq_len",
             "learning_rate", "lora_r", "lora_alpha", "lora_targets", "seed",
-            "memory_headroom", "min_loss_drop")
-    return {k: opts[k] for k in keys}
+            "memory_headroom", "min_loss_drop", "on_missing_dra")
+    params = {k: opts[k] for k in keys}
+    # Without a snapshot the local check runs ("none"); with one, preflight reads it.
+    params["preflight_source"] = str(Path(opts["snapshot"]).resolve()) if opts["snapshot"] \
+        else "none"
+    return params

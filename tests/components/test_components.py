@@ -87,3 +87,20 @@ def test_components_install_nothing_at_run_time():
         command = " ".join(container.command)
         assert "pip install" not in command, component.name
         assert container.image.startswith("ghcr.io/draslice/trainer:")
+
+
+def test_preflight_reads_a_snapshot_source(tmp_path):
+    dump = tmp_path / "no-dra.yaml"
+    dump.write_text("apiVersion: v1\nkind: List\nitems: []\n")
+    report = _artifact(dsl.Markdown, tmp_path, "report")
+    out = preflight.python_func(claim_template="mig-1g-6gb", on_missing_dra="skip",
+                                report=report, source=str(dump))
+    assert out.decision == "skip" and "no DRA at all" in out.reason
+    assert "no DRA at all" in (tmp_path / "report").read_text()
+
+
+def test_preflight_rejects_an_unknown_source(tmp_path):
+    with pytest.raises(InvalidParameter, match="preflight_source"):
+        preflight.python_func(claim_template="mig-1g-6gb", on_missing_dra="skip",
+                              report=_artifact(dsl.Markdown, tmp_path, "report"),
+                              source=str(tmp_path / "missing.yaml"))

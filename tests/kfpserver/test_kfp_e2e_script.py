@@ -29,7 +29,8 @@ case "$1 $2" in
 esac
 case "$1" in
   logs) cat "$STUB_LOGS" ;;
-  apply|label) exit 0 ;;
+  apply) for a in "$@"; do [[ -f "$a" ]] && cat "$a" >> "$STUB_CALLS"; done; exit 0 ;;
+  label) exit 0 ;;
   *) echo "unexpected kubectl $*" >&2; exit 3 ;;
 esac
 """
@@ -38,9 +39,9 @@ esac
 # torch-heavy `run` command (that would cost ~10 s a call on a small CI machine).
 DRASLICE_PY = """
 import sys, click
-from draslice.commands import submit_cmd, upload_cmd
+from draslice.commands import manifests_cmd, submit_cmd, upload_cmd
 from draslice.trainer.errors import DrasliceError
-group = click.Group(commands=[upload_cmd.upload, submit_cmd.submit])
+group = click.Group(commands=[upload_cmd.upload, submit_cmd.submit, manifests_cmd.manifests])
 try:
     group.main(sys.argv[1:], prog_name="draslice", standalone_mode=False)
 except DrasliceError as err:
@@ -65,11 +66,6 @@ def e2e(tmp_path, fake_kfp):
     for name, text in (("kubectl", KUBECTL), ("draslice", DRASLICE)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    manifests = tmp_path / "manifests"
-    for rel in ("claim-templates/mig-1g-6gb.yaml", "rbac/pipeline-runner.yaml",
-                "admission/mutating-admission-policy.v1.yaml"):
-        (manifests / rel).parent.mkdir(parents=True, exist_ok=True)
-        (manifests / rel).write_text("# stand-in\n")
     logs = tmp_path / "pod.log"
     logs.write_text(GOOD_LOGS)
     calls = tmp_path / "calls"
@@ -78,7 +74,7 @@ def e2e(tmp_path, fake_kfp):
     env.update(PATH=f"{bin_dir}:{env['PATH']}", STUB_CALLS=str(calls), STUB_LOGS=str(logs),
                STUB_PYTHON=sys.executable, STUB_DRASLICE_PY=DRASLICE_PY,
                STUB_DRIVERS="gpu.nvidia.com\\ngpu.nvidia.com\\n",
-               KFP_HOST=fake_kfp.url, MANIFESTS=str(manifests), TIMEOUT="60", POLL="0.05",
+               KFP_HOST=fake_kfp.url, TIMEOUT="60", POLL="0.05",
                HOME=str(tmp_path))
 
     def run(**extra):
@@ -122,8 +118,12 @@ def test_full_pass_uploads_runs_waits_and_reads_the_verdict(e2e, fake_kfp):
     proc, calls = e2e()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS: run run-" in proc.stdout
-    assert "admission/mutating-admission-policy.v1.yaml" in calls
-    assert "label namespace kubeflow draslice.dev/dra-claims=enabled --overwrite" in calls
+    # rendered by the real `draslice manifests` for this template and namespace
+    assert "kind: ResourceClaimTemplate\nmetadata:\n  name: mig-1g-6gb\n  namespace: kubeflow" \
+        in calls
+    assert "kind: ClusterRole" in calls and "name: pipeline-runner" in calls
+    assert "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicy\n" in calls
+    assert "label namespace kubeflow draslice.dev/claim-injection=enabled --overwrite" in calls
     (run, _), = fake_kfp.state.runs.values()
     assert run.pipeline_version_reference is not None
     assert run.runtime_config.parameters == {"on_missing_dra": "fail"}
@@ -134,7 +134,7 @@ def test_native_mode_applies_no_admission_policy(e2e, fake_kfp):
     proc, calls = e2e(MODE="native")
     assert proc.returncode == 1  # the fake is a 2.17 backend: it rejects podResourceClaims
     assert "podResourceClaims" in proc.stderr + proc.stdout
-    assert "admission" not in calls
+    assert "MutatingAdmissionPolicy" not in calls
 
 
 def test_failed_run_fails(e2e, fake_kfp):
@@ -147,3 +147,21 @@ def test_missing_verdict_line_fails(e2e):
     e2e.logs.write_text("DRA LoRA SFT on GPU slice: OK\nverdict: FAIL (peak memory)\n")
     proc, _ = e2e()
     assert proc.returncode == 1 and "no 'verdict: PASS'" in proc.stdout
+
+
+def test_manifests_follow_template_namespace_and_engine(e2e, fake_kfp):
+    proc, calls = e2e(TEMPLATE="shared-gpu-timeslice", NAMESPACE="team-a",
+                      ENGINE="map-v1beta1", SERVICE_ACCOUNT="default-editor")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "name: shared-gpu-timeslice\n  namespace: team-a" in calls
+    assert "strategy: TimeSlicing" in calls
+    assert "name: default-editor" in calls
+    assert "apiVersion: admissionregistration.k8s.io/v1beta1\nkind: MutatingAdmissionPolicy\n" \
+        in calls
+
+
+def test_template_without_known_manifest_is_a_setup_error(e2e, fake_kfp):
+    proc, calls = e2e(TEMPLATE="my-own-template")
+    assert proc.returncode == 2
+    assert "set CLAIM_TEMPLATE_FILE (or PROFILE for a MIG profile)" in proc.stdout
+    assert "apply" not in calls and not fake_kfp.requests

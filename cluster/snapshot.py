@@ -1,0 +1,176 @@
+"""The cluster objects preflight reasons about, read from a file or (see live.py) a cluster.
+
+A snapshot file is what an admin gets from::
+
+    kubectl get deviceclasses,resourceslices,resourceclaims,resourceclaimtemplates -A -o yaml
+
+(a ``List``), or several YAML documents of objects or Lists. Nodes and DaemonSets may be
+appended (``kubectl get nodes -o yaml``, ``kubectl get ds -A -o yaml``): with them the
+diagnosis can compare the kubelet plugin's nodeSelector with the GPU nodes' labels. Other
+kinds are ignored. A bad file is reported with its name and the document and line at fault.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import yaml
+
+from draslice.cluster.resources import Inventory, SliceFormatError, build_inventory
+from draslice.cluster.templates import DRIVER
+from draslice.trainer.errors import DrasliceError
+
+KINDS = {
+    "DeviceClass": "device_classes",
+    "ResourceSlice": "slices",
+    "ResourceClaim": "claims",
+    "ResourceClaimTemplate": "templates",
+    "Node": "nodes",
+    "DaemonSet": "daemonsets",
+}
+
+
+def _nvidia_class(name: str, device_type: str) -> dict:
+    return {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": (
+            f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == "
+            f"'{device_type}'"
+        )}}]},
+    }
+
+
+# The DeviceClasses the NVIDIA DRA driver's chart creates. Used only for a dump that holds
+# ResourceSlices but no DeviceClass at all (`kubectl get resourceslices -o yaml` alone): a
+# cluster whose driver publishes slices has these classes, and the report says it assumed them.
+NVIDIA_DEVICE_CLASSES = (
+    _nvidia_class("gpu.nvidia.com", "gpu"),
+    _nvidia_class("mig.nvidia.com", "mig"),
+    _nvidia_class("vfio.gpu.nvidia.com", "vfio"),
+)
+
+
+class SnapshotError(DrasliceError):
+    """A snapshot file that cannot be read; the message names the file and where."""
+
+    exit_code = 2
+
+
+@dataclass
+class Snapshot:
+    source: str
+    device_classes: list[dict] = field(default_factory=list)
+    slices: list[dict] = field(default_factory=list)
+    claims: list[dict] = field(default_factory=list)
+    templates: list[dict] = field(default_factory=list)
+    nodes: list[dict] = field(default_factory=list)
+    daemonsets: list[dict] = field(default_factory=list)
+    dra_api: bool = True  # False: the cluster does not serve resource.k8s.io/v1 at all
+    notes: list[str] = field(default_factory=list)  # what could not be read, and why
+    cache: dict = field(default_factory=dict, repr=False)  # derived once (see analysis.py)
+
+    def add(self, obj: dict) -> bool:
+        attr = KINDS.get(obj.get("kind", ""))
+        if attr is None:
+            return False
+        getattr(self, attr).append(obj)
+        return True
+
+    @cached_property
+    def inventory(self) -> Inventory:
+        try:
+            return build_inventory(self.slices)
+        except SliceFormatError as exc:
+            raise SnapshotError(f"{self.source}: {exc}") from None
+
+    def device_class(self, name: str) -> dict | None:
+        return next((c for c in self.device_classes if _name(c) == name), None)
+
+    def template(self, name: str, namespace: str | None) -> dict | None:
+        for t in self.templates:
+            if _name(t) == name and (namespace is None or _namespace(t) == namespace):
+                return t
+        return None
+
+
+def _name(obj: dict) -> str:
+    return (obj.get("metadata") or {}).get("name", "")
+
+
+def _namespace(obj: dict) -> str:
+    return (obj.get("metadata") or {}).get("namespace", "")
+
+
+def load_snapshot(path: str | Path) -> Snapshot:
+    """Read a ``kubectl get ... -o yaml`` dump (a List or several documents)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SnapshotError(f"cannot read snapshot {path}: {exc.strerror or exc}") from None
+    snap = Snapshot(source=str(path))
+    loader = yaml.SafeLoader(text)
+    try:
+        doc_index = 0
+        while loader.check_node():
+            node = loader.get_node()
+            doc_index += 1
+            _add_document(snap, path, doc_index, node, loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SnapshotError(f"{path}:{where}: not valid YAML: {problem}") from None
+    finally:
+        loader.dispose()
+    if snap.slices and not snap.device_classes and any(
+        (s.get("spec") or {}).get("driver") == DRIVER for s in snap.slices
+    ):
+        snap.device_classes = [dict(c) for c in NVIDIA_DEVICE_CLASSES]
+        snap.notes.append(
+            f"{path} holds ResourceSlices but no DeviceClass: assumed the NVIDIA driver's "
+            "classes gpu.nvidia.com, mig.nvidia.com, vfio.gpu.nvidia.com (dump them too: "
+            "`kubectl get deviceclasses -o yaml`)"
+        )
+    if doc_index == 0:
+        raise SnapshotError(f"{path}: empty file; expected the output of `kubectl get "
+                            "deviceclasses,resourceslices,resourceclaims,"
+                            "resourceclaimtemplates -A -o yaml`")
+    return snap
+
+
+def _add_document(snap: Snapshot, path: Path, index: int, node, loader) -> None:
+    if node is None:
+        return
+    line = node.start_mark.line + 1
+    obj = loader.construct_document(node)
+    if obj is None:
+        return
+    where = f"{path}: document {index} (line {line})"
+    if not isinstance(obj, dict):
+        raise SnapshotError(
+            f"{where}: expected a Kubernetes object or List, got a {type(obj).__name__}"
+        )
+    if "items" in obj and str(obj.get("kind", "List")).endswith("List"):
+        items_node = next((v for k, v in node.value if k.value == "items"), None)
+        items = obj.get("items") or []
+        if not isinstance(items, list):
+            raise SnapshotError(f"{where}: `items` must be a list")
+        for i, item in enumerate(items):
+            item_line = (
+                items_node.value[i].start_mark.line + 1
+                if items_node is not None and i < len(items_node.value) else line
+            )
+            _add_object(snap, f"{path}: document {index}, item {i + 1} (line {item_line})", item)
+        return
+    _add_object(snap, where, obj)
+
+
+def _add_object(snap: Snapshot, where: str, obj) -> None:
+    if not isinstance(obj, dict) or "kind" not in obj:
+        raise SnapshotError(f"{where}: not a Kubernetes object (no `kind`)")
+    if obj["kind"] == "ResourceSlice" and not isinstance(obj.get("spec"), dict):
+        raise SnapshotError(f"{where}: ResourceSlice without a `spec`")
+    snap.add(obj)

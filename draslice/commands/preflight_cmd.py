@@ -1,0 +1,89 @@
+"""``draslice preflight``: can a slice be allocated? The scheduler's answer, before submitting."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from draslice.trainer.errors import InvalidParameter
+
+
+@click.command("preflight")
+@click.option("--snapshot", "snapshot_file", type=click.Path(dir_okay=False),
+              help="Read a dump instead of the cluster: the output of `kubectl get deviceclasses,"
+                   "resourceslices,resourceclaims,resourceclaimtemplates -A -o yaml` (add "
+                   "`kubectl get nodes,ds -A -o yaml` for the plugin diagnosis).")
+@click.option("--template", "template_name",
+              help="A ResourceClaimTemplate by name, read from the cluster (or the snapshot).")
+@click.option("--template-file", type=click.Path(dir_okay=False),
+              help="A ResourceClaimTemplate (or ResourceClaim) YAML file to evaluate.")
+@click.option("--profile", help="Evaluate the template `draslice manifests` renders for this MIG "
+                                "profile, e.g. 1g.10gb (exact string as published).")
+@click.option("--shared", type=click.Choice(["timeslicing", "mps"]),
+              help="Evaluate the shared full-GPU template (time-slicing or MPS).")
+@click.option("--namespace", "-n", default="", help="Namespace of --template (and of the "
+              "claims, if you may not list them cluster-wide). Default: any namespace.")
+@click.option("--on-missing-dra", type=click.Choice(["skip", "fail"]), default="skip",
+              show_default=True,
+              help="No DRA GPU at all in the cluster: exit 77 (skip) or 1 (fail).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False),
+              help="Kubeconfig file for the live read (default: $KUBECONFIG, ~/.kube/config, "
+                   "or the pod's service account).")
+@click.option("--context", help="Kubeconfig context for the live read.")
+def preflight(snapshot_file, template_name, template_file, profile, shared, namespace,
+              on_missing_dra, as_json, kubeconfig, context) -> None:
+    """Check that the cluster can allocate a GPU slice, the way the scheduler would decide.
+
+    Reads DeviceClasses, ResourceSlices (v1, v1beta1, v1alpha3), ResourceClaims and
+    ResourceClaimTemplates from the cluster (kubeconfig or in-cluster) or from --snapshot.
+    Prints the pools and their completeness, the inventory per node (type, MIG profile,
+    product, memory; the exact profile strings published) and, for a claim template, how many
+    devices match its DeviceClass and CEL selectors and how many of those are free (not
+    allocated, not tainted, not blocked by shared counters). A diagnosis says what to fix.
+
+    \b
+    Exit codes:
+      0   ready: a node can serve the claim now
+      77  skip: no DRA GPU at all and --on-missing-dra skip
+      1   fail: cannot be allocated (see the diagnosis), or the cluster cannot be read
+      2   bad input (option, file)
+
+    \b
+    Examples:
+      draslice preflight                                  # live cluster, inventory only
+      draslice preflight --profile 1g.10gb                # a MIG slice of 1g.10gb
+      draslice preflight --template mig-1g-10gb -n kubeflow
+      draslice preflight --snapshot dump.yaml --shared timeslicing --json
+      kubectl get deviceclasses,resourceslices,resourceclaims,resourceclaimtemplates \\
+          -A -o yaml > dump.yaml
+    """
+    from draslice.cluster.preflight import (
+        built_template,
+        cluster_preflight,
+        read_snapshot,
+        template_from_cluster,
+        template_from_file,
+    )
+    from draslice.cluster.render import to_json, to_text
+
+    chosen = [n for n, v in (("--template", template_name), ("--template-file", template_file),
+                             ("--profile", profile), ("--shared", shared)) if v]
+    if len(chosen) > 1:
+        raise InvalidParameter("template", " ".join(chosen), "give at most one of them")
+    template = None
+    if template_file:
+        template = template_from_file(template_file)
+    elif profile or shared:
+        template = built_template(profile, shared, namespace)
+    snapshot = read_snapshot(snapshot_file or "live", namespace or None, kubeconfig, context)
+    if template_name:
+        template = template_from_cluster(snapshot, template_name, namespace or None)
+    report = cluster_preflight(snapshot, template, on_missing_dra)
+    if template_name and report.template is None:
+        report.template = template_name
+    click.echo(to_json(report) if as_json else to_text(report), nl=False)
+    if as_json:
+        click.echo("")
+    sys.exit(report.exit_code)

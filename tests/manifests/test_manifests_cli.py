@@ -1,0 +1,123 @@
+"""``draslice manifests``: YAML on stdout or into --out, clear errors for bad input."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from draslice.cli import main
+from draslice.cluster.manifests import committed
+from draslice.components.image import TRAINER_IMAGE
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, ["manifests", *args])
+
+
+def docs(result) -> list[dict]:
+    assert result.exit_code == 0, result.output
+    return list(yaml.safe_load_all(result.stdout))
+
+
+def test_claim_templates_from_profiles_and_sharing():
+    out = docs(run("claim-templates", "--profile", "1g.6gb", "--profile", "2g.12gb",
+                   "--shared", "mps", "--active-thread-percentage", "50",
+                   "--namespace", "team-a"))
+    assert [d["metadata"]["name"] for d in out] == ["mig-1g-6gb", "mig-2g-12gb",
+                                                     "shared-gpu-mps"]
+    assert {d["metadata"]["namespace"] for d in out} == {"team-a"}
+    sharing = out[2]["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["sharing"]
+    assert sharing == {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}
+
+
+def test_timeslicing_interval():
+    (doc,) = docs(run("claim-templates", "--shared", "timeslicing", "--interval", "Long"))
+    params = doc["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+    assert params["sharing"]["timeSlicingConfig"] == {"interval": "Long"}
+
+
+def test_rbac_for_multi_user():
+    out = docs(run("rbac", "--namespace", "team-a", "--service-account", "default-editor"))
+    assert [d["kind"] for d in out] == ["ClusterRole", "ClusterRoleBinding", "Role",
+                                        "RoleBinding"]
+    for d in out:
+        for rule in d.get("rules", []):
+            assert rule["verbs"] == ["get", "list", "watch"]
+        for s in d.get("subjects", []):
+            assert s == {"kind": "ServiceAccount", "name": "default-editor",
+                         "namespace": "team-a"}
+    assert out[0]["rules"][0]["resources"] == ["deviceclasses", "resourceslices"]
+    assert out[2]["rules"][0]["resources"] == ["resourceclaims", "resourceclaimtemplates"]
+
+
+@pytest.mark.parametrize(("engine", "kinds"), [
+    ("map-v1", ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]),
+    ("map-v1beta1", ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]),
+    ("kyverno", ["MutatingPolicy"]),
+    ("kyverno-clusterpolicy", ["ClusterPolicy"]),
+])
+def test_admission_policy_engines(engine, kinds):
+    result = run("admission-policy", "--engine", engine, "--namespace", "team-a")
+    assert [d["kind"] for d in docs(result)] == kinds
+    assert "kubectl label namespace team-a draslice.dev/claim-injection=enabled" in result.stderr
+
+
+def test_workloads_choose_kind_and_image():
+    out = docs(run("workloads", "--kind", "smoke-pod", "--template", "mig-2g-12gb",
+                   "--image", "my/img:1"))
+    (pod,) = out
+    assert pod["kind"] == "Pod" and pod["metadata"]["labels"] == {"app": "dra-smoke"}
+    assert pod["spec"]["containers"][0]["image"] == "my/img:1"
+    assert pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == "mig-2g-12gb"
+
+
+def test_kueue_and_its_config():
+    assert [d["kind"] for d in docs(run("kueue", "--namespace", "team-a"))] == [
+        "ResourceFlavor", "ClusterQueue", "LocalQueue"]
+    (cfg,) = docs(run("kueue", "--config"))
+    assert cfg["kind"] == "Configuration" and cfg["resources"]["deviceClassMappings"]
+
+
+def test_out_dir_writes_files(tmp_path):
+    result = run("rbac", "--out", str(tmp_path))
+    assert result.exit_code == 0
+    assert len(list(yaml.safe_load_all((tmp_path / "rbac.yaml").read_text()))) == 4
+    result = run("all", "--out", str(tmp_path / "all"))
+    assert result.exit_code == 0, result.output
+    files = committed.files(TRAINER_IMAGE)
+    assert sorted(p.name for p in (tmp_path / "all").iterdir()) == sorted(files)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("claim-templates", "--profile", "1g6gb"), "invalid profile='1g6gb': must be a MIG profile"),
+    (("claim-templates", "--profile", "1g.6gb", "--namespace", "Team_A"),
+     "invalid namespace='Team_A': must be a DNS-1123 label"),
+    (("claim-templates",), "give at least one --profile"),
+    (("claim-templates", "--shared", "exclusive"), "invalid shared='exclusive'"),
+    (("claim-templates", "--shared", "mps", "--interval", "Long"), "needs --shared timeslicing"),
+    (("claim-templates", "--profile", "1g.6gb", "--active-thread-percentage", "50"),
+     "need --shared mps"),
+    (("claim-templates", "--shared", "mps", "--active-thread-percentage", "150"),
+     "invalid active_thread_percentage=150: must be 1..100"),
+    (("claim-templates", "--profile", "1g.6gb", "--profile", "1g.6gb"), "give it once"),
+    (("admission-policy", "--engine", "gatekeeper"),
+     "invalid engine='gatekeeper': must be one of map-v1"),
+    (("rbac", "--namespace", "-bad"), "invalid namespace='-bad'"),
+    (("rbac", "--service-account", "Pipeline Runner"), "invalid service_account="),
+    (("workloads", "--template", "mig.1g"), "invalid claim_template='mig.1g'"),
+    (("kueue", "--queue", "Q"), "invalid kueue_queue='Q'"),
+    (("kueue", "--mig-slices", "-1"), "invalid mig_slices=-1"),
+])
+def test_bad_input_is_one_clear_error(args, message):
+    result = run(*args)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("sub", ["claim-templates", "rbac", "admission-policy", "workloads",
+                                 "kueue", "all"])
+def test_every_subcommand_has_help_with_examples(sub):
+    result = run(sub, "--help")
+    assert result.exit_code == 0 and "Example" in result.output
