@@ -108,6 +108,14 @@ def candidates(gpu: str = "all") -> list[SliceProfile]:
     raise InvalidParameter("gpu", gpu, f"must be 'all' or one of {', '.join(TABLE)}")
 
 
+def from_published(published) -> list[SliceProfile]:
+    """Candidates from what a cluster publishes (``cluster.analysis.published_slices``:
+    profile, product, memory_gib, free), so advice fits the slices that really exist."""
+    return [SliceProfile(p.profile, p.memory_gib, p.product, False,
+                         "published by the cluster (ResourceSlice capacity memory)", p.free)
+            for p in published]
+
+
 @dataclass
 class Recommendation:
     peak_gib: float

@@ -35,6 +35,14 @@ GPU_CHOICES = ["all", "A30-24GB", "A100-40GB", "A100-80GB", "H100-80GB", "H200-1
 @click.option("--precision", default="auto", show_default=True)
 @click.option("--gpu", type=click.Choice(GPU_CHOICES, case_sensitive=False), default="all",
               show_default=True, help="Which GPU model's MIG profiles to choose from.")
+@click.option("--snapshot", "snapshot_file", type=click.Path(dir_okay=False),
+              help="Choose from the slices a cluster dump publishes (the file `draslice "
+                   "preflight --snapshot` reads) instead of the built-in table; slices with none "
+                   "free are never chosen.")
+@click.option("--cluster", "live", is_flag=True,
+              help="Choose from the slices the cluster publishes now (kubeconfig or in-cluster).")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), help="For --cluster.")
+@click.option("--context", help="Kubeconfig context for --cluster.")
 @click.option("--headroom", type=float, default=0.1, show_default=True,
               help="Fraction of a slice kept free (the validate step's rule).")
 @click.option("--steps", type=int, default=3, show_default=True,
@@ -44,8 +52,9 @@ GPU_CHOICES = ["all", "A30-24GB", "A100-40GB", "A100-80GB", "H100-80GB", "H200-1
 @click.option("--no-knob-trials", is_flag=True,
               help="List the levers for the next smaller profile without measuring them.")
 @click.option("--json", "as_json", is_flag=True, help="Print the advice as JSON.")
-def advise(gpu: str, headroom: float, steps: int, peak_gib: float | None, no_knob_trials: bool,
-           as_json: bool, seq_len: int, **opts) -> None:
+def advise(gpu: str, snapshot_file: str | None, live: bool, kubeconfig: str | None,
+           context: str | None, headroom: float, steps: int, peak_gib: float | None,
+           no_knob_trials: bool, as_json: bool, seq_len: int, **opts) -> None:
     """Measure a fine-tune's peak memory and recommend the smallest slice that holds it.
 
     Runs a few steps of your config at full sequence length on this machine's GPU, reads the
@@ -59,6 +68,7 @@ def advise(gpu: str, headroom: float, steps: int, peak_gib: float | None, no_kno
       draslice advise --model-dir /data/qwen2.5-1.5b --data /data/train.jsonl \\
           --max-length 1024 --gpu H100-80GB
       draslice advise --peak-gib 5.1 --gpu A30-24GB        # no measurement
+      draslice advise --peak-gib 5.1 --snapshot dump.yaml  # the slices your cluster has
     """
     from draslice.trainer.advise import advise as run_advise
     from draslice.trainer.model import ModelShape
@@ -67,12 +77,31 @@ def advise(gpu: str, headroom: float, steps: int, peak_gib: float | None, no_kno
 
     cfg = SFTConfig(shape=ModelShape(seq_len=seq_len), **opts)
     cfg.check()
-    advice = run_advise(cfg, candidates(gpu), headroom=headroom, steps=steps, peak_gib=peak_gib,
+    if snapshot_file or live:
+        pool = cluster_candidates(snapshot_file or "live", kubeconfig, context)
+    else:
+        pool = candidates(gpu)
+    advice = run_advise(cfg, pool, headroom=headroom, steps=steps, peak_gib=peak_gib,
                         try_knobs=not no_knob_trials)
     if as_json:
         click.echo(json.dumps(advice.to_dict(), indent=2))
         return
     click.echo("\n".join(render(advice)))
+
+
+def cluster_candidates(source: str, kubeconfig: str | None, context: str | None) -> list:
+    """The slice profiles a cluster (or its dump) publishes, through the preflight code."""
+    from draslice.cluster.analysis import published_slices
+    from draslice.cluster.preflight import read_snapshot
+    from draslice.trainer.errors import DrasliceError
+    from draslice.trainer.profiles import from_published
+
+    found = from_published(published_slices(read_snapshot(source, None, kubeconfig, context)))
+    if not found:
+        where = "the cluster" if source == "live" else source
+        raise DrasliceError(f"{where}: no GPU or MIG device of gpu.nvidia.com is published; "
+                            "nothing to choose from (drop --snapshot/--cluster for the table)")
+    return found
 
 
 def render(advice) -> list[str]:

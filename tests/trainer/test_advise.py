@@ -106,3 +106,22 @@ def test_advise_bad_input_is_one_line(tmp_path):
     result = CliRunner().invoke(main, ["advise", "--model-dir", str(tmp_path)])
     assert result.exit_code == 2
     assert "error: invalid data=''" in result.output
+
+
+def test_advise_chooses_from_the_slices_a_cluster_dump_publishes(tmp_path):
+    from tests.cluster.conftest import claim, mig, rslice, write_snapshot
+
+    node = "worker-1"
+    dump = write_snapshot(tmp_path / "dump.yaml", [
+        rslice(node, [mig("gpu-0-mig-1g10gb-0", "1g.10gb", "9728Mi"),
+                      mig("gpu-0-mig-2g20gb-1", "2g.20gb", "19968Mi")]),
+        # The only 1g.10gb is taken: advise must not send the job there.
+        claim("busy", {"pool": node, "device": "gpu-0-mig-1g10gb-0"}),
+    ])
+    result = CliRunner().invoke(main, ["advise", "--peak-gib", "4", "--snapshot", str(dump)])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"fits  NVIDIA A100 80GB PCIe 1g\.10gb\s+9\.50 GiB, 0 free", result.output)
+    assert "recommended: NVIDIA A100 80GB PCIe 2g.20gb (19.50 GiB)" in result.output
+    empty = write_snapshot(tmp_path / "empty.yaml", [])
+    result = CliRunner().invoke(main, ["advise", "--peak-gib", "4", "--snapshot", str(empty)])
+    assert result.exit_code == 2 and "no GPU or MIG device of gpu.nvidia.com" in result.output
