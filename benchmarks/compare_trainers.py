@@ -29,6 +29,7 @@ MFU: see ``flops.py`` (``lora``: 4N + 6N_lora + 12·L·d·S per token, the work 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 import sys
 import tempfile
@@ -404,6 +405,10 @@ def compare(cfg: BenchConfig, trainers: list[str], device: str, precision: str,
             runs[which] = {"error": "skipped: no time left in this step's budget"}
             print(f"[compare {cfg.name}] {which}: skipped, {left:.0f} s left", flush=True)
             continue
+        if which == "trl" and importlib.util.find_spec("trl") is None:
+            runs[which] = {"error": "trl is not installed here (pip install 'draslice[bench]')"}
+            print(f"[compare {cfg.name}] trl: not installed, not measured", flush=True)
+            continue
         result_path = work / f"{cfg.name}-{which}.json"
         argv = [sys.executable, str(Path(__file__).resolve()), "--child", which,
                 "--config", cfg.name, "--device", device, "--precision", precision,
@@ -437,6 +442,8 @@ def main() -> None:
                         help="wall-clock seconds for the whole comparison (children are "
                         "killed and reported when it runs out)")
     parser.add_argument("--json-out", help="write the result JSON here")
+    parser.add_argument("--peak-only", action="store_true",
+                        help="only measure the matmul peak (the smoke step's checked matmul)")
     parser.add_argument("--child", choices=sorted(TRAINERS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     names = args.config or list(CONFIGS)
@@ -453,10 +460,14 @@ def main() -> None:
     if unknown:
         parser.error(f"--trainers: unknown {unknown}; choose from {', '.join(TRAINERS)}")
     peak = {"tflops": args.peak_tflops, "source": "--peak-tflops"}
-    if args.peak_tflops is None:
+    if args.peak_tflops is None or args.peak_only:
         peak = {**measure_peak_tflops(args.device), "source": "measured"}
         print(f"matmul peak: {peak['tflops']:.1f} TFLOP/s ({peak['dtype']} {peak['size']}^3, "
               f"checked: {peak['ok']})", flush=True)
+        if args.peak_only:
+            if args.json_out:
+                write_json(args.json_out, {"peak_matmul": peak})
+            return
     out: dict = {"peak_matmul": peak, "comparisons": {}}
     with tempfile.TemporaryDirectory(prefix="compare-") as work:
         for name in names:
