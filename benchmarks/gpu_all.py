@@ -151,9 +151,11 @@ def layer_wheels(wheel_dirs: list[str], say: Callable[[str], None],
     venv = Path(tempfile.gettempdir()) / "draslice-bench-venv"
     deadline = time.monotonic() + max(timeout_s, 10)
     try:
+        # Without its own pip (ensurepip would also bring an old setuptools on <= 3.11 that
+        # shadows the host's): the host's pip installs into it with --python.
         if not (venv / "bin" / "python").exists():
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True,
-                           capture_output=True, text=True, timeout=max(timeout_s / 2, 5))
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)],
+                           check=True, capture_output=True, text=True, timeout=60)
         py = str(venv / "bin" / "python")
         purelib = subprocess.run(
             [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -162,33 +164,61 @@ def layer_wheels(wheel_dirs: list[str], say: Callable[[str], None],
     except (OSError, subprocess.SubprocessError) as err:
         return LayerStatus(False, None, []), [f"could not make the layered venv: {err}"]
     links = [arg for d in dirs for arg in ("--find-links", d)]
+    pip = [sys.executable, "-m", "pip", "--python", py, "install", "--no-index",
+           "--disable-pip-version-check", "--no-input"]
     installed: list[str] = []
     # One pip call per top-level package: a bitsandbytes wheel that does not fit must not
     # keep trl out.
     for group in (["trl", "datasets"], ["bitsandbytes"]):
-        if all(_has_wheel(dirs, name) is False for name in group):
+        if not any(_wheels(dirs, name) for name in group):
             notes.append(f"{'/'.join(group)}: no wheel carried")
             continue
-        cmd = [py, "-m", "pip", "install", "--no-index", "--disable-pip-version-check",
-               "--no-input", *links, *group]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True,
-                                  timeout=max(deadline - time.monotonic(), 5))
-        except subprocess.TimeoutExpired:
-            notes.append(f"{'/'.join(group)}: pip timed out")
-            continue
-        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
-        say(f"pip install {' '.join(group)}: exit {done.returncode}: {' | '.join(tail)}")
-        if done.returncode == 0:
+        ok, tail = _pip(pip + links + group, deadline, say)
+        if not ok:
+            # The resolver also checks what the host has (an old setuptools shadowing a newer
+            # one can fail it); fall back to the carried wheels of distributions missing here.
+            missing = _missing_wheels(py, dirs)
+            notes.append(f"{'/'.join(group)}: resolver failed ({tail}); installing the "
+                         f"missing wheels without it: {[w.name for w in missing]}")
+            # Nothing missing: every carried distribution is here already.
+            ok = not missing or _pip(pip + ["--no-deps"] + [str(w) for w in missing],
+                                     deadline, say)[0]
+        if ok:
             installed += group
-        else:
-            notes.append(f"{'/'.join(group)}: pip exit {done.returncode}: {' | '.join(tail)}")
     return LayerStatus(bool(installed), py, installed), notes
 
 
-def _has_wheel(dirs: list[str], name: str) -> bool:
-    stem = name.replace("-", "_").lower() + "-"
-    return any(p.name.lower().startswith(stem) for d in dirs for p in Path(d).glob("*.whl"))
+def _pip(cmd: list[str], deadline: float, say: Callable[[str], None]) -> tuple[bool, str]:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True,
+                              timeout=max(deadline - time.monotonic(), 5))
+    except subprocess.TimeoutExpired:
+        return False, "pip timed out"
+    tail = " | ".join((done.stdout + done.stderr).strip().splitlines()[-2:])
+    say(f"pip {' '.join(cmd[cmd.index('install'):])[:200]}: exit {done.returncode}: {tail}")
+    return done.returncode == 0, tail
+
+
+def _dist_name(wheel: Path) -> str:
+    return wheel.name.split("-", 1)[0].replace("_", "-").lower()
+
+
+def _wheels(dirs: list[str], name: str | None = None) -> list[Path]:
+    found = sorted(p for d in dirs for p in Path(d).glob("*.whl"))
+    return [w for w in found if name is None or _dist_name(w) == name.lower()]
+
+
+def _missing_wheels(py: str, dirs: list[str]) -> list[Path]:
+    """The carried wheels whose distribution the layered interpreter does not have at all."""
+    wheels = _wheels(dirs)
+    code = ("import sys, importlib.metadata as m\n"
+            "for n in sys.argv[1:]:\n"
+            "    try: m.version(n)\n"
+            "    except m.PackageNotFoundError: print(n)\n")
+    done = subprocess.run([py, "-c", code, *(_dist_name(w) for w in wheels)],
+                          capture_output=True, text=True, timeout=60)
+    missing = set(done.stdout.split())
+    return [w for w in wheels if _dist_name(w) in missing and _dist_name(w) != "draslice"]
 
 
 # ----------------------------------------------------------------------------------------

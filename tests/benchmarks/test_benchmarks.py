@@ -158,4 +158,12 @@ def test_gpu_all_smoke_end_to_end(tmp_path):
             assert case["status"] == "ERROR" and "has no field(s)" in case["why"], case
     md = (out / "results.md").read_text()
     assert "CPU --smoke" in md and "| seed | draslice SFT loop |" in md
-    assert "compare_seed OK" in (out / "gpu_all.log").read_text()
+    assert "step compare_seed: OK" in (out / "gpu_all.log").read_text()
+
+
+def test_layering_installs_only_the_carried_wheels_this_python_lacks(tmp_path):
+    for name in ("torch-9.9.9-py3-none-any.whl", "surely_not_installed_pkg-1.0-py3-none-any.whl",
+                 "draslice-0.1.0-py3-none-any.whl"):
+        (tmp_path / name).write_bytes(b"")
+    missing = gpu_all._missing_wheels(sys.executable, [str(tmp_path)])
+    assert [w.name for w in missing] == ["surely_not_installed_pkg-1.0-py3-none-any.whl"]
