@@ -36,19 +36,28 @@ def successor_chains(
 
 
 class BatchSampler:
-    """Draws batches of rows from a fixed dataset with its own seeded generator."""
+    """Draws batches of row indices from ``n_rows`` rows with its own seeded generator.
 
-    def __init__(self, data: torch.Tensor, batch_size: int, seed: int) -> None:
+    Its whole position in the data is the generator's state, so a checkpoint that stores
+    :meth:`state_dict` resumes with exactly the batches an uninterrupted run would draw.
+    """
+
+    def __init__(self, n_rows: int, batch_size: int, seed: int) -> None:
         if batch_size <= 0:
             raise InvalidParameter("batch_size", batch_size, "must be >= 1")
-        if batch_size > data.shape[0]:
+        if batch_size > n_rows:
             raise InvalidParameter(
-                "batch_size", batch_size, f"must be at most dataset_size={data.shape[0]}"
+                "batch_size", batch_size, f"must be at most the number of examples, {n_rows}"
             )
-        self.data = data
+        self.n_rows = n_rows
         self.batch_size = batch_size
         self.gen = torch.Generator().manual_seed(seed)
 
     def next(self) -> torch.Tensor:
-        rows = torch.randperm(self.data.shape[0], generator=self.gen)[: self.batch_size]
-        return self.data[rows]
+        return torch.randperm(self.n_rows, generator=self.gen)[: self.batch_size]
+
+    def state_dict(self) -> dict:
+        return {"generator": self.gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.gen.set_state(state["generator"])

@@ -39,3 +39,15 @@ class ValidationFailed(DrasliceError):
     """The validate step's verdict was FAIL."""
 
     exit_code = 1
+
+
+class DatasetError(DrasliceError):
+    """The training data cannot be used; the message names the file, line and column."""
+
+
+class ModelLoadError(DrasliceError):
+    """The base model or its tokenizer cannot be loaded from the given directory."""
+
+
+class MissingDependency(DrasliceError):
+    """An optional feature was asked for without the package or device it needs."""

@@ -52,6 +52,18 @@ def step_loss(step: int, loss: float, tokens_per_s: float) -> str:
     return f"{{'loss': {loss:.4f}, 'step': {step}, 'tokens_per_s': {tokens_per_s:.0f}}}"
 
 
+def eval_loss(step: int, loss: float) -> str:
+    return f"{{'eval_loss': {loss:.4f}, 'step': {step}}}"
+
+
+def resumed(step: int, path: object) -> str:
+    return f"[checkpoint] resumed at step {step} from {path}"
+
+
+def merged(path: object) -> str:
+    return f"[export] merged model saved to {path}"
+
+
 def sft_ok(on_cuda: bool) -> str:
     """The final line: the GPU form only when it truly ran on a CUDA device."""
     return SFT_OK_GPU if on_cuda else SFT_OK_CPU

@@ -1,0 +1,290 @@
+"""Training examples from a user's data, as token ids with completion-only labels.
+
+Three inputs, one output. A JSONL file of ``{"prompt", "completion"}`` objects, a JSONL file of
+``{"messages": [{"role", "content"}, ...]}`` chats (rendered with the tokenizer's own chat
+template), or a directory written by ``datasets.Dataset.save_to_disk`` holding either shape.
+Each becomes ``(input_ids, labels)`` where ``labels`` is ``-100`` on every prompt, system and
+user token: the loss is taken on what the model should *say* (the completion, the assistant
+turns), never on what it is told.
+
+Every bad input names the file, the line (JSONL) and what would be valid: a malformed JSON line,
+missing columns, an empty file, a tokenizer without a chat template.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from draslice.trainer.errors import DatasetError, InvalidParameter
+
+IGNORE = -100  # the label torch's cross-entropy skips
+FORMATS = ("auto", "prompt-completion", "chat", "datasets")
+PROMPT_COMPLETION = ("prompt", "completion")
+CHAT = ("messages",)
+
+
+@dataclass
+class TokenRows:
+    """Examples as token-id rows; ``collate`` pads a batch of them."""
+
+    input_ids: list[list[int]]
+    labels: list[list[int]]
+    pad_id: int
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def collate(self, indices: list[int] | torch.Tensor) -> dict[str, torch.Tensor]:
+        """Right-pad rows to the longest in the batch (to a multiple of 8, for tensor cores)."""
+        rows = [int(i) for i in indices]
+        longest = max(len(self.input_ids[i]) for i in rows)
+        width = -(-longest // 8) * 8 if longest > 8 else longest
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        labels = torch.full((len(rows), width), IGNORE, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, i in enumerate(rows):
+            n = len(self.input_ids[i])
+            ids[b, :n] = torch.tensor(self.input_ids[i])
+            labels[b, :n] = torch.tensor(self.labels[i])
+            mask[b, :n] = 1
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+    def subset(self, indices: list[int]) -> TokenRows:
+        return TokenRows([self.input_ids[i] for i in indices],
+                         [self.labels[i] for i in indices], self.pad_id)
+
+    @property
+    def label_tokens(self) -> int:
+        return sum(sum(1 for t in row if t != IGNORE) for row in self.labels)
+
+
+def from_tensor(rows: torch.Tensor, pad_id: int = 0) -> TokenRows:
+    """Fixed-length rows (the synthetic data) where every token is a label."""
+    ids = rows.tolist()
+    return TokenRows(ids, [list(r) for r in ids], pad_id)
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+def detect_format(path: Path) -> str:
+    """``datasets`` for a directory; for a JSONL file, the columns of its first record."""
+    if path.is_dir():
+        return "datasets"
+    first = next(iter(_jsonl_records(path)), None)
+    if first is None:
+        raise DatasetError(f"{path}: the file is empty; it needs one JSON object per line")
+    return _format_of_columns(first[1].keys(), f"{path}:{first[0]}")
+
+
+def _format_of_columns(columns, where: str) -> str:
+    cols = set(columns)
+    if "messages" in cols:
+        return "chat"
+    if cols >= set(PROMPT_COMPLETION):
+        return "prompt-completion"
+    raise DatasetError(
+        f"{where}: found columns {sorted(cols)}; expected 'prompt' and 'completion' "
+        "(prompt-completion) or 'messages' (chat)"
+    )
+
+
+def _jsonl_records(path: Path):
+    """(line number, object) for each non-blank line; a bad line is named by number."""
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DatasetError(
+                    f"{path}:{number}: not valid JSON ({err.msg} at column {err.colno})"
+                ) from err
+            if not isinstance(record, dict):
+                raise DatasetError(
+                    f"{path}:{number}: expected a JSON object, got {type(record).__name__}"
+                )
+            yield number, record
+
+
+def read_records(path: str | Path, fmt: str = "auto") -> tuple[str, list[tuple[str, dict]]]:
+    """The format and ``(where, record)`` pairs of a data file or saved-dataset directory."""
+    if fmt not in FORMATS:
+        raise InvalidParameter("data_format", fmt, f"must be one of {', '.join(FORMATS)}")
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError(f"{path}: no such file or directory (the training data)")
+    if fmt == "auto":
+        fmt = detect_format(path)
+    if path.is_dir():
+        records = _dataset_dir_records(path)
+        fmt = _format_of_columns(records[0][1].keys(), str(path)) if fmt == "datasets" else fmt
+    else:
+        if fmt == "datasets":
+            raise DatasetError(f"{path}: a saved dataset is a directory (save_to_disk), not a file")
+        records = [(f"{path}:{n}", r) for n, r in _jsonl_records(path)]
+    if not records:
+        raise DatasetError(f"{path}: no records; it needs one JSON object per line")
+    needed = CHAT if fmt == "chat" else PROMPT_COMPLETION
+    for where, record in records:
+        missing = [c for c in needed if c not in record]
+        if missing:
+            raise DatasetError(
+                f"{where}: missing column(s) {missing} for the {fmt} format; "
+                f"the record has {sorted(record)}"
+            )
+    return fmt, records
+
+
+def _dataset_dir_records(path: Path) -> list[tuple[str, dict]]:
+    try:
+        import datasets
+    except ImportError as err:  # pragma: no cover - datasets is a dependency
+        raise DatasetError(f"{path}: reading a saved dataset needs `pip install datasets`") from err
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except (FileNotFoundError, ValueError) as err:
+        raise DatasetError(
+            f"{path}: not a directory written by datasets' save_to_disk ({err})"
+        ) from err
+    if isinstance(loaded, datasets.DatasetDict):
+        if "train" not in loaded:
+            raise DatasetError(f"{path}: a DatasetDict needs a 'train' split; it has "
+                               f"{sorted(loaded)}")
+        loaded = loaded["train"]
+    return [(f"{path}[row {i}]", dict(row)) for i, row in enumerate(loaded)]
+
+
+# -- tokenizing -------------------------------------------------------------------------------
+
+def tokenize_prompt_completion(tokenizer, record: dict, where: str) -> tuple[list[int], list[int]]:
+    """Prompt tokens (labels ignored) then completion tokens and EOS (labels kept)."""
+    prompt, completion = record["prompt"], record["completion"]
+    if not isinstance(prompt, str) or not isinstance(completion, str):
+        raise DatasetError(f"{where}: 'prompt' and 'completion' must be strings")
+    if not completion:
+        raise DatasetError(f"{where}: 'completion' is empty: there is nothing to learn")
+    p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    c = tokenizer(completion, add_special_tokens=False)["input_ids"]
+    if tokenizer.eos_token_id is not None:
+        c = c + [tokenizer.eos_token_id]
+    return p + c, [IGNORE] * len(p) + c
+
+
+def tokenize_chat(tokenizer, record: dict, where: str) -> tuple[list[int], list[int]]:
+    """The conversation through the chat template; labels only on assistant turns.
+
+    Each assistant turn's characters are found by rendering the conversation up to it (with
+    the generation prompt) and through it; the tokens starting inside those spans are labels.
+    """
+    messages = record["messages"]
+    if not isinstance(messages, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in messages
+    ):
+        raise DatasetError(
+            f"{where}: 'messages' must be a list of {{'role': str, 'content': str}} objects"
+        )
+    if not any(m["role"] == "assistant" for m in messages):
+        raise DatasetError(f"{where}: no 'assistant' message: there is nothing to learn")
+    messages = [{"role": m["role"], "content": m["content"]} for m in messages]
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    spans = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        before = tokenizer.apply_chat_template(messages[:i], tokenize=False,
+                                               add_generation_prompt=True) if i else ""
+        through = tokenizer.apply_chat_template(messages[: i + 1], tokenize=False)
+        if not (text.startswith(before) and text.startswith(through)):
+            raise DatasetError(
+                f"{where}: the tokenizer's chat template renders a conversation differently "
+                "from its beginning, so assistant turns cannot be located for the loss"
+            )
+        spans.append((len(before), len(through)))
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = encoded["input_ids"]
+    labels = [
+        tok if any(lo <= start < hi for lo, hi in spans) else IGNORE
+        for tok, (start, _end) in zip(ids, encoded["offset_mapping"], strict=True)
+    ]
+    return ids, labels
+
+
+def check_tokenizer(tokenizer, fmt: str, source: str) -> None:
+    if fmt == "chat" and not getattr(tokenizer, "chat_template", None):
+        raise DatasetError(
+            f"{source}: the data is chat 'messages' but the tokenizer has no chat template; "
+            "use a tokenizer with one (tokenizer_config.json 'chat_template' or "
+            "chat_template.jinja) or prompt/completion data"
+        )
+    if fmt == "chat" and not getattr(tokenizer, "is_fast", False):
+        raise DatasetError(f"{source}: chat data needs a fast tokenizer (tokenizer.json)")
+
+
+def load_examples(path: str | Path, tokenizer, fmt: str = "auto",
+                  max_length: int = 512) -> tuple[str, TokenRows]:
+    """Read, check and tokenize a dataset; rows longer than ``max_length`` are cut."""
+    if max_length < 2:
+        raise InvalidParameter("max_length", max_length, "must be >= 2")
+    fmt, records = read_records(path, fmt)
+    check_tokenizer(tokenizer, fmt, str(path))
+    tokenize = tokenize_chat if fmt == "chat" else tokenize_prompt_completion
+    ids_rows, label_rows = [], []
+    for where, record in records:
+        ids, labels = tokenize(tokenizer, record, where)
+        ids, labels = ids[:max_length], labels[:max_length]
+        if sum(1 for t in labels[1:] if t != IGNORE) == 0:
+            continue  # the prompt alone fills max_length: no completion token is left
+        ids_rows.append(ids)
+        label_rows.append(labels)
+    if not ids_rows:
+        raise DatasetError(
+            f"{path}: every example's prompt fills max_length={max_length}; raise max_length"
+        )
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return fmt, TokenRows(ids_rows, label_rows, pad if pad is not None else 0)
+
+
+def pack(rows: TokenRows, max_length: int) -> TokenRows:
+    """Concatenate examples into rows of ``max_length`` tokens (fewer pads, steadier steps).
+
+    Labels keep their masks, so the loss stays on completions; attention spans example
+    boundaries within a row, as in TRL's default packing.
+    """
+    packed_ids, packed_labels = [], []
+    ids_buf: list[int] = []
+    labels_buf: list[int] = []
+    for ids, labels in zip(rows.input_ids, rows.labels, strict=True):
+        ids_buf += ids
+        labels_buf += labels
+        while len(ids_buf) >= max_length:
+            packed_ids.append(ids_buf[:max_length])
+            packed_labels.append(labels_buf[:max_length])
+            ids_buf, labels_buf = ids_buf[max_length:], labels_buf[max_length:]
+    if ids_buf:
+        packed_ids.append(ids_buf)
+        packed_labels.append(labels_buf)
+    return TokenRows(packed_ids, packed_labels, rows.pad_id)
+
+
+def split(rows: TokenRows, eval_fraction: float, seed: int) -> tuple[TokenRows, TokenRows | None]:
+    """A seeded train/eval split; ``eval_fraction`` 0 means no eval set."""
+    if not 0.0 <= eval_fraction < 1.0:
+        raise InvalidParameter("eval_fraction", eval_fraction, "must be in [0, 1)")
+    if eval_fraction == 0:
+        return rows, None
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    n_eval = max(1, round(eval_fraction * len(rows)))
+    if n_eval >= len(rows):
+        raise InvalidParameter(
+            "eval_fraction", eval_fraction,
+            f"leaves no training example out of {len(rows)}; lower it or add data",
+        )
+    return rows.subset(sorted(order[n_eval:])), rows.subset(sorted(order[:n_eval]))
