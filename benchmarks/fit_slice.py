@@ -259,17 +259,25 @@ def report(record: dict) -> str:
             f"{'4-bit QLoRA' if record['load_in_4bit'] else 'LoRA'}, "
             f"{'fp32 weights (smoke)' if record['smoke'] else 'bf16 weights'}, "
             f"grad checkpointing, batch {record['batch_size']} x {record['max_length']} tokens) "
-            f"in {record['profile']} = {record['slice_memory_gib']} GiB: {record['status']}")
+            + (f"standing in for {record['profile']}" if record["smoke"] else
+               f"in {record['profile']} = {record['slice_memory_gib']} GiB")
+            + f": {record['status']}")
     if "why" in record:
         return f"{head} -- {record['why']}"
     t = record["train"]
     res = t.get("result") or {}
-    lines = [head,
-             f"  peak reserved {t['peak_reserved_gib']:.2f} GiB of {record['slice_memory_gib']} "
-             f"GiB cap; keeps budget.py's default headroom: {t['keeps_default_headroom']}",
-             f"  device-level peak (CUDA context included): {t['peak_device_used_gib']} GiB; "
-             f"model dir {record['build']['dir_gib']:.2f} GiB built in "
-             f"{record['build']['build_seconds']:.0f} s; training {t['seconds']:.0f} s"]
+    if record["smoke"]:
+        memory = (f"  peak memory {t['peak_reserved_gib']:.2f} GiB (CPU RSS; no cap on a CPU, "
+                  "fit not judged)")
+    else:
+        memory = (f"  peak reserved {t['peak_reserved_gib']:.2f} GiB of the "
+                  f"{record['slice_memory_gib']} GiB cap; keeps budget.py's default headroom: "
+                  f"{t['keeps_default_headroom']}; device-level peak (CUDA context included): "
+                  f"{t['peak_device_used_gib']} GiB")
+    lines = [head, memory,
+             f"  model dir {record['build']['dir_gib']:.2f} GiB built in "
+             f"{record['build']['build_seconds']:.0f} s ({record['model_storage']}); training "
+             f"{t['seconds']:.0f} s"]
     if res:
         lines.append(f"  trainable {res.get('trainable_params'):,} of {res.get('total_params'):,}"
                      f" params; {res.get('tokens_per_s', 0):,.0f} tokens/s; "
