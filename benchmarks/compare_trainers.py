@@ -120,12 +120,18 @@ SMOKE_SHAPES = {
 }
 
 
-def config_for(name: str, smoke: bool) -> BenchConfig:
+def config_for(name: str, smoke: bool, steps: int | None = None,
+               warmup: int | None = None) -> BenchConfig:
     cfg = CONFIGS[name]
-    if not smoke:
-        return cfg
-    shape, batch = SMOKE_SHAPES[name]
-    return replace(cfg, shape=shape, batch_size=batch, warmup=2, steps=6, smoke=True)
+    if smoke:
+        shape, batch = SMOKE_SHAPES[name]
+        cfg = replace(cfg, shape=shape, batch_size=batch, warmup=2, steps=6, smoke=True)
+    cfg = replace(cfg, warmup=cfg.warmup if warmup is None else warmup)
+    cfg = replace(cfg, steps=cfg.steps if steps is None else cfg.warmup + steps)
+    if cfg.warmup < 1 or cfg.timed_steps < 1:
+        raise SystemExit(f"error: --warmup must be >= 1 and --steps >= 1 (got warm-up "
+                         f"{cfg.warmup}, timed steps {cfg.timed_steps})")
+    return cfg
 
 
 def bench_data(cfg: BenchConfig) -> torch.Tensor:
@@ -412,6 +418,7 @@ def compare(cfg: BenchConfig, trainers: list[str], device: str, precision: str,
         result_path = work / f"{cfg.name}-{which}.json"
         argv = [sys.executable, str(Path(__file__).resolve()), "--child", which,
                 "--config", cfg.name, "--device", device, "--precision", precision,
+                "--steps", str(cfg.timed_steps), "--warmup", str(cfg.warmup),
                 "--json-out", str(result_path)] + (["--smoke"] if cfg.smoke else [])
         outcome = run_child(argv, result_path, left, prefix=f"[{cfg.name}/{which}] ")
         if outcome.ok:
@@ -434,6 +441,10 @@ def main() -> None:
                         help="comma-separated subset of ours,hf,trl (default: all three)")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny shapes and 6 steps: the same code paths, for a CPU")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="timed optimizer steps (default: 200 seed, 100 gpt2-124m, 4 smoke)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="untimed warm-up steps before them (default: 10; 2 smoke)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--precision", default="auto", help="auto (bf16 on a GPU), bf16, fp32")
     parser.add_argument("--peak-tflops", type=float, default=None,
@@ -449,11 +460,12 @@ def main() -> None:
     names = args.config or list(CONFIGS)
 
     if args.child:
-        cfg = config_for(names[0], args.smoke)
+        cfg = config_for(names[0], args.smoke, args.steps, args.warmup)
         quiet_libraries()
         write_json(args.json_out, run_one(args.child, cfg, args.device, args.precision))
         return
 
+    quiet_libraries()
     deadline = time.monotonic() + args.budget_s
     trainers = [t.strip() for t in args.trainers.split(",") if t.strip()]
     unknown = sorted(set(trainers) - set(TRAINERS))
@@ -462,7 +474,7 @@ def main() -> None:
     peak = {"tflops": args.peak_tflops, "source": "--peak-tflops"}
     if args.peak_tflops is None or args.peak_only:
         peak = {**measure_peak_tflops(args.device), "source": "measured"}
-        print(f"matmul peak: {peak['tflops']:.1f} TFLOP/s ({peak['dtype']} {peak['size']}^3, "
+        print(f"matmul peak: {peak['tflops']:.4g} TFLOP/s ({peak['dtype']} {peak['size']}^3, "
               f"checked: {peak['ok']})", flush=True)
         if args.peak_only:
             if args.json_out:
@@ -471,7 +483,7 @@ def main() -> None:
     out: dict = {"peak_matmul": peak, "comparisons": {}}
     with tempfile.TemporaryDirectory(prefix="compare-") as work:
         for name in names:
-            cfg = config_for(name, args.smoke)
+            cfg = config_for(name, args.smoke, args.steps, args.warmup)
             summary = compare(cfg, trainers, args.device, args.precision, peak["tflops"],
                               deadline, Path(work))
             out["comparisons"][name] = summary

@@ -250,7 +250,7 @@ def results_markdown(summary: dict) -> str:
     peak = ((steps_.get("matmul") or {}).get("result") or {}).get("peak_matmul") or {}
     if peak:
         lines += [f"Matmul peak (checked, {peak.get('dtype')} {peak.get('size')}^3): "
-                  f"{_f(peak.get('tflops'), '.1f')} TFLOP/s", ""]
+                  f"{_f(peak.get('tflops'), '.4g')} TFLOP/s", ""]
     lines += ["| config | trainer | tokens/s | peak reserved GiB | MFU (LoRA FLOPs) | "
               "MFU (6N) |", "|---|---|---|---|---|---|"]
     targets: list[str] = []
@@ -270,14 +270,15 @@ def results_markdown(summary: dict) -> str:
                            f"ours/TRL {_f(r['ours_vs_trl_tokens_per_s'])}x tokens/s; targets: "
                            + "; ".join(f"{t['target']}: {_verdict(t['pass'])}"
                                        for t in comp["targets"].values()))
-    lines += ["", *targets, "", "| fit case | profile (GiB) | status | peak reserved GiB | "
+    lines += ["", *targets, "", "| fit case | profile (cap) | status | peak reserved GiB | "
               "device peak GiB | tokens/s |", "|---|---|---|---|---|---|"]
     for key in ("fit_1.5b", "fit_7b"):
         step = steps_.get(key) or {}
         for name, case in ((step.get("result") or {}).get("cases") or {}).items():
             t = case.get("train") or {}
             res = t.get("result") or {}
-            lines.append(f"| {name} | {case['profile']} ({case['slice_memory_gib']}) | "
+            cap = "smoke: no cap" if case.get("smoke") else f"{case['slice_memory_gib']} GiB"
+            lines.append(f"| {name} | {case['profile']} ({cap}) | "
                          f"{case['status']}{' — ' + case['why'] if 'why' in case else ''} | "
                          f"{_f(t.get('peak_reserved_gib'))} | {_f(t.get('peak_device_used_gib'))}"
                          f" | {_f(res.get('tokens_per_s'), ',.0f')} |")
@@ -316,9 +317,9 @@ def main() -> None:
                         help="folder of carried wheels (repeatable): trl, datasets and "
                         "bitsandbytes missing here are installed from them into a venv "
                         "layered over this Python; nothing is downloaded")
-    parser.add_argument("--only", action="append", default=[],
-                        help="run only these steps (repeatable): env, matmul, compare_seed, "
-                        "compare_gpt2_124m, fit_1.5b, fit_7b")
+    parser.add_argument("--only", action="append", default=[], metavar="STEP",
+                        choices=[s.name for s in steps(smoke=False)],
+                        help="run only this step (repeatable): %(choices)s")
     args = parser.parse_args()
 
     problem = check_draslice_importable()
