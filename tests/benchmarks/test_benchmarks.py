@@ -94,10 +94,12 @@ def test_driver_skips_a_step_that_does_not_fit_and_still_writes_its_files(tmp_pa
 
 
 def test_the_gpu_host_paths_do_not_import_kfp():
-    """The GPU host has no kfp: what the benchmarks import must not need it."""
+    """The GPU host has no kfp (nor the cluster and plotting libraries): what the benchmarks
+    import must not need them."""
     code = textwrap.dedent(f"""
         import sys
-        sys.modules["kfp"] = None  # any 'import kfp' now raises ImportError
+        for name in ("kfp", "kfp_server_api", "kubernetes", "matplotlib"):
+            sys.modules[name] = None  # any 'import kfp' now raises ImportError
         sys.path.insert(0, {str(BENCH)!r})
         import compare_trainers, fit_slice, gpu_all, envfacts, flops, childproc
         import draslice.trainer.sft, draslice.trainer.smoke, draslice.trainer.scratch
