@@ -177,11 +177,16 @@ def child_train(case: FitCase, model_dir: Path, data_path: Path, device: str) ->
 
     from draslice.trainer import budget
     from draslice.trainer import device as dev
-    from draslice.trainer.errors import DrasliceError
+    from draslice.trainer.errors import DrasliceError, SliceOutOfMemory
     from draslice.trainer.sft import train
 
     cfg = sft_config(case, model_dir, data_path, device)
     on_cuda = torch.cuda.is_available() and device != "cpu"
+    if case.load_in_4bit:
+        try:
+            import bitsandbytes  # noqa: F401  (installed is not enough: its CUDA libs must load)
+        except Exception as err:  # any failure at all means: 4-bit cannot be measured
+            return {"finished": False, "not_run": f"bitsandbytes does not import here: {err}"}
     out: dict = {"config": {k: v for k, v in dataclasses.asdict(cfg).items()
                             if not isinstance(v, dict)}}
     probe = DevicePeak() if on_cuda else None
@@ -191,7 +196,8 @@ def child_train(case: FitCase, model_dir: Path, data_path: Path, device: str) ->
             result = train(cfg, Path(tmp) / "out", Path(tmp) / "metrics.jsonl", log=print)
             out.update(result=result.to_dict(), finished=True)
         except (DrasliceError, torch.OutOfMemoryError) as err:  # OOM in the slice is one
-            out.update(finished=False, error=f"{type(err).__name__}: {err}")
+            out.update(finished=False, error=f"{type(err).__name__}: {err}",
+                       out_of_memory=isinstance(err, (SliceOutOfMemory, torch.OutOfMemoryError)))
             print(f"error: {err}")
         out["seconds"] = time.perf_counter() - start
     peak = dev.peak_memory_bytes(torch.device("cuda" if on_cuda else "cpu")) / GIB
@@ -244,11 +250,17 @@ def run_case(case: FitCase, device: str, deadline: float, work: Path) -> dict:
             last = (trained.tail.strip().splitlines() or [""])[-1]
             record.update(status="ERROR", why=f"training {why}: {last[:300]}")
             return record
-        record["train"] = trained.result
-        if case.smoke:
+        result = trained.result
+        if "not_run" in result:
+            record.update(status="NOT RUN", why=result["not_run"])
+            return record
+        record["train"] = result
+        if not result["finished"] and not result.get("out_of_memory"):
+            record["status"] = "ERROR"  # the run broke for another reason than memory
+        elif case.smoke:
             record["status"] = "RAN (smoke: no cap, fit not judged)"
         else:
-            record["status"] = "PASS" if trained.result["within_cap"] else "FAIL"
+            record["status"] = "PASS" if result["within_cap"] else "FAIL"
         return record
     finally:
         shutil.rmtree(home, ignore_errors=True)
