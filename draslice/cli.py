@@ -34,6 +34,7 @@ def main() -> None:
 
 def _register() -> None:
     from draslice.commands import (
+        advise_cmd,
         compile_cmd,
         run_cmd,
         schedule_cmd,
@@ -46,6 +47,7 @@ def _register() -> None:
     main.add_command(compile_cmd.compile_pipelines)
     main.add_command(steps_cmd.smoke)
     main.add_command(steps_cmd.train)
+    main.add_command(advise_cmd.advise)
     main.add_command(upload_cmd.upload)
     main.add_command(submit_cmd.submit)
     main.add_command(schedule_cmd.schedule)

@@ -1,4 +1,5 @@
-"""The main pipeline, ``preflight -> smoke -> sft -> validate -> gate``, and its canary.
+"""The main pipeline, ``preflight -> smoke -> sft -> validate -> gate``, its canary, and
+``finetune``: the same flow on a user's model and data from a PVC.
 
 The claim template and claim mode are fixed when compiling (pod labels and platform specs are
 static in KFP), so each is a factory that returns a pipeline for one template and mode. Only
@@ -11,9 +12,10 @@ No ``from __future__ import annotations`` here: kfp reads the pipeline signature
 
 from collections.abc import Callable
 
-from kfp import dsl
+from kfp import dsl, kubernetes
 
 from draslice.cluster.names import validate_template_name
+from draslice.components.finetune import finetune
 from draslice.components.gate import gate
 from draslice.components.preflight import preflight
 from draslice.components.sft import sft
@@ -22,6 +24,8 @@ from draslice.components.validate import validate
 from draslice.pipelines.claim import ClaimMode, bind_claim
 
 DEFAULT_TEMPLATE = "mig-1g-6gb"
+DEFAULT_PVC = "draslice-data"
+DEFAULT_MOUNT = "/data"
 READY = "ready"
 
 
@@ -125,3 +129,90 @@ def build_canary_pipeline(
             _smoke(template, mode, device, 0.0)
 
     return slice_canary
+
+
+def build_finetune_pipeline(
+    template: str = DEFAULT_TEMPLATE,
+    mode: str | ClaimMode = ClaimMode.POLICY,
+    pvc_name: str = DEFAULT_PVC,
+    mount_path: str = DEFAULT_MOUNT,
+) -> Callable:
+    """Fine-tune a model from the PVC ``pvc_name`` on data from it, in a slice of ``template``.
+
+    The PVC (model directory, data, checkpoints) is mounted at ``mount_path`` on the
+    fine-tune task and on validate, which reloads the base to check the adapter. Checkpoints
+    live on the PVC under the run id, so a retried task resumes.
+    """
+    validate_template_name(template)
+    mode = ClaimMode.parse(mode)
+
+    @dsl.pipeline(
+        name=pipeline_name("finetune", template, mode),
+        description=(
+            f"LoRA/QLoRA fine-tune of a model on PVC {pvc_name} (mounted at {mount_path}) on a "
+            f"DRA GPU slice (claim template {template}, claim mode {mode.value}): preflight, "
+            "smoke matmul, fine-tune, validate."
+        ),
+    )
+    def slice_finetune(
+        model_dir: str = "models/base",
+        data: str = "data/train.jsonl",
+        data_format: str = "auto",
+        max_length: int = 512,
+        pack: bool = False,
+        eval_fraction: float = 0.05,
+        gradient_checkpointing: bool = False,
+        bf16_weights: bool = True,
+        load_in_4bit: bool = False,
+        lora_r: int = 16,
+        lora_alpha: int = 32,
+        lora_targets: str = "auto",
+        batch_size: int = 8,
+        steps: int = 200,
+        learning_rate: float = 2e-4,
+        lr_schedule: str = "cosine",
+        warmup_steps: int = 10,
+        checkpoint_every: int = 50,
+        merge: bool = False,
+        seed: int = 0,
+        on_missing_dra: str = "skip",
+        device: str = "auto",
+        precision: str = "auto",
+        slice_memory_gib: float = 0.0,
+        memory_headroom: float = 0.1,
+        min_loss_drop: float = 0.05,
+    ):
+        pre = _checks(template, on_missing_dra)
+        with dsl.If(pre.outputs["decision"] == READY, name="slice-available"):
+            smoke_task = _smoke(template, mode, device, slice_memory_gib)
+            train = finetune(
+                model_dir=model_dir, data=data, mount_path=mount_path,
+                run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, data_format=data_format,
+                max_length=max_length, pack=pack, eval_fraction=eval_fraction,
+                gradient_checkpointing=gradient_checkpointing, bf16_weights=bf16_weights,
+                load_in_4bit=load_in_4bit, lora_r=lora_r, lora_alpha=lora_alpha,
+                lora_targets=lora_targets, batch_size=batch_size, steps=steps,
+                learning_rate=learning_rate, lr_schedule=lr_schedule,
+                warmup_steps=warmup_steps, checkpoint_every=checkpoint_every, merge=merge,
+                seed=seed, device=device, precision=precision,
+                slice_memory_gib=slice_memory_gib,
+            ).after(smoke_task)
+            train.set_display_name("fine-tune")
+            train.set_caching_options(False)  # the data on the PVC can change under one name
+            kubernetes.mount_pvc(train, pvc_name=pvc_name, mount_path=mount_path)
+            bind_claim(train, template, mode)  # last: see bind_claim
+            check = validate(
+                adapter=train.outputs["adapter"],
+                train_log=train.outputs["train_log"],
+                slice_total_mem_gib=train.outputs["slice_total_mem_gib"],
+                peak_mem_gib=train.outputs["peak_mem_gib"],
+                device_json=train.outputs["device_json"],
+                claim_template=template,
+                claim_mode=mode.value,
+                memory_headroom=memory_headroom,
+                min_loss_drop=min_loss_drop,
+            )
+            kubernetes.mount_pvc(check, pvc_name=pvc_name, mount_path=mount_path)
+            gate(verdict=check.outputs["verdict"], passed=check.outputs["passed"])
+
+    return slice_finetune

@@ -7,6 +7,8 @@ which on a real MIG slice comes out of the same few GiB.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from draslice.trainer.errors import InvalidParameter
 
 DEFAULT_HEADROOM = 0.10
@@ -27,30 +29,47 @@ def fits(peak_gib: float, slice_mem_gib: float, headroom: float = DEFAULT_HEADRO
     return slice_mem_gib > 0 and peak_gib <= budget_gib(slice_mem_gib, headroom)
 
 
-def knobs_to_try(cfg) -> list[str]:
+@dataclass(frozen=True)
+class Knob:
+    """A memory lever: the flag a user sets, why it saves memory, the config change."""
+
+    flag: str
+    why: str
+    changes: dict
+
+    def describe(self) -> str:
+        return f"{self.flag} ({self.why})"
+
+
+def knobs_to_try(cfg) -> list[Knob]:
     """Memory levers a fine-tune config does not use yet, the cheapest in speed first.
 
-    ``cfg`` is an ``SFTConfig`` (duck-typed: this module stays free of the trainer).
+    ``cfg`` is an ``SFTConfig`` (duck-typed, so this module stays free of the trainer).
     """
+    real = bool(getattr(cfg, "model_dir", ""))
     knobs = []
-    if not getattr(cfg, "gradient_checkpointing", True):
-        knobs.append("gradient checkpointing (--gradient-checkpointing): activations are "
-                     "recomputed in backward instead of kept, ~30% slower")
-    if not getattr(cfg, "bf16_weights", True) and not getattr(cfg, "load_in_4bit", True):
-        knobs.append("bf16 weights (--bf16-weights): halves the frozen base")
+    if not cfg.gradient_checkpointing:
+        knobs.append(Knob("--gradient-checkpointing",
+                          "activations are recomputed in backward instead of kept; ~30% slower",
+                          {"gradient_checkpointing": True}))
+    if not cfg.bf16_weights and not cfg.load_in_4bit:
+        knobs.append(Knob("--bf16-weights", "halves the frozen base's weights",
+                          {"bf16_weights": True}))
     if cfg.batch_size > 1:
-        knobs.append(f"a smaller batch (--batch-size {max(1, cfg.batch_size // 2)})")
-    length = cfg.max_length if getattr(cfg, "model_dir", "") else cfg.shape.seq_len
-    if length > 64:
-        flag = "--max-length" if getattr(cfg, "model_dir", "") else "--seq-len"
-        knobs.append(f"shorter sequences ({flag} {length // 2})")
-    if getattr(cfg, "model_dir", "") and not getattr(cfg, "load_in_4bit", True):
-        knobs.append("QLoRA (--load-in-4bit, needs bitsandbytes): a 4-bit base, about a "
-                     "quarter of bf16")
+        half = max(1, cfg.batch_size // 2)
+        knobs.append(Knob(f"--batch-size {half}", "half the activations per step",
+                          {"batch_size": half}))
+    if real and not cfg.load_in_4bit:
+        knobs.append(Knob("--load-in-4bit", "QLoRA: a 4-bit base, about a quarter of bf16; "
+                          "needs bitsandbytes and CUDA", {"load_in_4bit": True}))
+    if real and cfg.max_length > 64:
+        half = cfg.max_length // 2
+        knobs.append(Knob(f"--max-length {half}", "shorter sequences; cuts long examples",
+                          {"max_length": half}))
     return knobs
 
 
-def oom_advice(slice_mem_gib: float, reached_gib: float, knobs: list[str] | None = None) -> str:
+def oom_advice(slice_mem_gib: float, reached_gib: float, knobs: list[Knob] | None = None) -> str:
     """What to tell a user whose job ran out of memory inside a slice."""
     advice = (
         f"out of memory inside the slice: the slice has {slice_mem_gib:.2f} GiB and the job "
@@ -58,5 +77,5 @@ def oom_advice(slice_mem_gib: float, reached_gib: float, knobs: list[str] | None
         "(for example 2g.12gb instead of 1g.6gb), or lower batch_size / seq_len."
     )
     if knobs:
-        advice += " Levers not in use yet: " + "; ".join(knobs) + "."
+        advice += " Levers not in use yet: " + "; ".join(k.describe() for k in knobs) + "."
     return advice

@@ -39,11 +39,13 @@ class TokenRows:
     def __len__(self) -> int:
         return len(self.input_ids)
 
-    def collate(self, indices: list[int] | torch.Tensor) -> dict[str, torch.Tensor]:
-        """Right-pad rows to the longest in the batch (to a multiple of 8, for tensor cores)."""
+    def collate(self, indices, pad_to: int = 0) -> dict[str, torch.Tensor]:
+        """Right-pad rows to the longest in the batch (to a multiple of 8, for tensor cores),
+        or to ``pad_to`` (a worst-case batch for measuring memory)."""
         rows = [int(i) for i in indices]
         longest = max(len(self.input_ids[i]) for i in rows)
         width = -(-longest // 8) * 8 if longest > 8 else longest
+        width = max(width, pad_to)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         labels = torch.full((len(rows), width), IGNORE, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)

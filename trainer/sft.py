@@ -102,6 +102,7 @@ class SFTConfig:
     checkpoint_every: int = 0
     checkpoint_dir: str = ""
     merge: bool = False
+    pad_to_max_length: bool = False  # every batch max_length wide: the worst case, for advise
 
     @property
     def synthetic(self) -> bool:
@@ -217,6 +218,7 @@ def train(
     log(loglines.slice_device(info.name, info.total_mem_gib))
 
     dev.reset_peak(torch_device)
+    torch.manual_seed(cfg.seed)  # LoRA's init draws from the global generator: same seed, same run
     try:
         # Model and data.
         tokenizer, base = _base_model(cfg, torch_device)
@@ -261,6 +263,7 @@ def train(
         _keep_metrics_until(metrics_path, start_step)
 
         # The loop.
+        pad_to = cfg.max_length if cfg.pad_to_max_length and not cfg.synthetic else 0
         eval_loss = None
         train_tokens = 0
         model.train()
@@ -268,7 +271,7 @@ def train(
         with metrics_path.open("a") as metrics:
             for step in range(start_step + 1, cfg.steps + 1):
                 step_start = time.perf_counter()
-                batch = _to(train_rows.collate(batches.next()), torch_device)
+                batch = _to(train_rows.collate(batches.next(), pad_to=pad_to), torch_device)
                 with autocast:
                     loss, _ = causal_lm_loss(model, batch)
                 loss.backward()

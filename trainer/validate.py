@@ -19,11 +19,12 @@ from peft import PeftModel
 
 from draslice.trainer import budget, loglines
 from draslice.trainer.errors import DrasliceError, InvalidParameter
-from draslice.trainer.model import build_base
+from draslice.trainer.model import build_base, load_pretrained
 from draslice.trainer.sft import ADAPTER_DIR, REFERENCE_FILE, RUN_FILE, SFTConfig, loss_drop
 
 LOGITS_ATOL = 1e-3
 LOGITS_RTOL = 1e-3
+LOGITS_ATOL_BF16 = 5e-2  # a bf16 base rounds differently on another device
 
 
 @dataclass
@@ -97,18 +98,26 @@ def check_adapter(model_dir: str | Path) -> tuple[Check, dict]:
             return Check("adapter", False, f"{model_dir / needed} is missing"), {}
     cfg = SFTConfig.from_dict(json.loads((model_dir / RUN_FILE).read_text())["config"])
     ref = torch.load(model_dir / REFERENCE_FILE, map_location="cpu", weights_only=True)
-    base = build_base(cfg.shape, cfg.seed).eval()
+    if cfg.load_in_4bit and not torch.cuda.is_available():
+        return Check("adapter", True, "not checked here: the base was trained in 4 bits "
+                     "(QLoRA), and reloading it needs a CUDA device"), {}
+    base = _rebuild_base(cfg).eval()
+    device = next(base.parameters()).device
+    ref = {k: v.to(device) for k, v in ref.items()}
     with torch.no_grad():
         base_logits = base(input_ids=ref["input_ids"]).logits.float()
     reloaded = PeftModel.from_pretrained(base, model_dir / ADAPTER_DIR).eval()
     with torch.no_grad():
         logits = reloaded(input_ids=ref["input_ids"]).logits.float()
+    ref = {k: v.cpu() for k, v in ref.items()}
+    base_logits, logits = base_logits.cpu(), logits.cpu()
     diff = float((logits - ref["logits"]).abs().max())
     effect = float((ref["logits"] - base_logits).abs().max())
-    same = torch.allclose(logits, ref["logits"], atol=LOGITS_ATOL, rtol=LOGITS_RTOL)
+    atol = LOGITS_ATOL_BF16 if (cfg.bf16_weights or cfg.load_in_4bit) else LOGITS_ATOL
+    same = torch.allclose(logits, ref["logits"], atol=atol, rtol=LOGITS_RTOL)
     changes = effect > 10 * LOGITS_ATOL
     detail = (
-        f"reloaded onto a fresh base: max |logit diff| {diff:.2e} (atol {LOGITS_ATOL:.0e}); "
+        f"reloaded onto a fresh base: max |logit diff| {diff:.2e} (atol {atol:.0e}); "
         f"the adapter moves the base's logits by up to {effect:.3f}"
     )
     if not changes:
@@ -117,6 +126,17 @@ def check_adapter(model_dir: str | Path) -> tuple[Check, dict]:
         "adapter_max_logit_diff": diff,
         "adapter_effect": effect,
     }
+
+
+def _rebuild_base(cfg: SFTConfig) -> torch.nn.Module:
+    """The base the adapter was trained on: same synthetic shape and seed, or ``model_dir``."""
+    if cfg.synthetic:
+        return build_base(cfg.shape, cfg.seed)
+    if cfg.load_in_4bit:
+        return load_pretrained(cfg.model_dir, dtype=torch.bfloat16, load_in_4bit=True,
+                               device=torch.device("cuda:0"))
+    dtype = torch.bfloat16 if cfg.bf16_weights else torch.float32
+    return load_pretrained(cfg.model_dir, dtype=dtype)
 
 
 def validate(

@@ -1,0 +1,3 @@
+from draslice.components.finetune.component import finetune
+
+__all__ = ["finetune"]

@@ -1,0 +1,113 @@
+"""``draslice advise``: the smallest slice a fine-tune fits, measured."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+# Literal, not imported: `draslice --help` must not pay for importing torch.
+GPU_CHOICES = ["all", "A30-24GB", "A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB",
+               "B200-180GB"]
+
+
+@click.command("advise")
+@click.option("--model-dir", default="", type=click.Path(),
+              help="Base model directory (Hugging Face format). Omit for the synthetic model.")
+@click.option("--data", default="", type=click.Path(),
+              help="Training data (JSONL or a saved dataset); needed with --model-dir.")
+@click.option("--data-format", type=click.Choice(["auto", "prompt-completion", "chat",
+                                                  "datasets"]), default="auto",
+              show_default=True)
+@click.option("--max-length", type=int, default=512, show_default=True,
+              help="Every measured batch is padded to this length (the worst case).")
+@click.option("--seq-len", type=int, default=64, show_default=True,
+              help="Sequence length of the synthetic model (without --model-dir).")
+@click.option("--batch-size", type=int, default=8, show_default=True)
+@click.option("--lora-r", type=int, default=8, show_default=True)
+@click.option("--lora-alpha", type=int, default=16, show_default=True)
+@click.option("--lora-targets", default="auto", show_default=True)
+@click.option("--gradient-checkpointing", is_flag=True)
+@click.option("--bf16-weights", is_flag=True)
+@click.option("--load-in-4bit", is_flag=True)
+@click.option("--pack", is_flag=True)
+@click.option("--device", default="auto", show_default=True)
+@click.option("--precision", default="auto", show_default=True)
+@click.option("--gpu", type=click.Choice(GPU_CHOICES, case_sensitive=False), default="all",
+              show_default=True, help="Which GPU model's MIG profiles to choose from.")
+@click.option("--headroom", type=float, default=0.1, show_default=True,
+              help="Fraction of a slice kept free (the validate step's rule).")
+@click.option("--steps", type=int, default=3, show_default=True,
+              help="Optimizer steps of the measured run.")
+@click.option("--peak-gib", type=float, default=None,
+              help="Skip the measurement and recommend for this peak (GiB).")
+@click.option("--no-knob-trials", is_flag=True,
+              help="List the levers for the next smaller profile without measuring them.")
+@click.option("--json", "as_json", is_flag=True, help="Print the advice as JSON.")
+def advise(gpu: str, headroom: float, steps: int, peak_gib: float | None, no_knob_trials: bool,
+           as_json: bool, seq_len: int, **opts) -> None:
+    """Measure a fine-tune's peak memory and recommend the smallest slice that holds it.
+
+    Runs a few steps of your config at full sequence length on this machine's GPU, reads the
+    peak, and picks the smallest MIG profile whose memory less the headroom holds it, from a
+    built-in table per GPU model (memory figures not confirmed from a capture are marked
+    'estimated'). Then it tries the memory levers you are not using yet, one at a time, until
+    the next smaller profile fits, and prints what each one measured.
+
+    \b
+    Examples:
+      draslice advise --model-dir /data/qwen2.5-1.5b --data /data/train.jsonl \\
+          --max-length 1024 --gpu H100-80GB
+      draslice advise --peak-gib 5.1 --gpu A30-24GB        # no measurement
+    """
+    from draslice.trainer.advise import advise as run_advise
+    from draslice.trainer.model import ModelShape
+    from draslice.trainer.profiles import candidates
+    from draslice.trainer.sft import SFTConfig
+
+    cfg = SFTConfig(shape=ModelShape(seq_len=seq_len), **opts)
+    cfg.check()
+    advice = run_advise(cfg, candidates(gpu), headroom=headroom, steps=steps, peak_gib=peak_gib,
+                        try_knobs=not no_knob_trials)
+    if as_json:
+        click.echo(json.dumps(advice.to_dict(), indent=2))
+        return
+    click.echo("\n".join(render(advice)))
+
+
+def render(advice) -> list[str]:
+    """The advice as lines for a terminal."""
+    rec = advice.recommendation
+    lines = [f"peak memory: {advice.peak_gib:.2f} GiB (measured on {advice.device})"]
+    if not advice.on_cuda:
+        lines.append("  note: on the CPU this is the process's peak resident memory (Python, "
+                     "torch and the model), not GPU memory; measure on a GPU for a real fit")
+    lines.append(f"rule: peak <= slice memory less {rec.headroom:.0%} headroom")
+    lines.append("profiles (smallest first):")
+    for profile, fits in rec.ranked:
+        mark = "fits" if fits else "    "
+        note = " (estimated)" if profile.estimated else ""
+        free = f", {profile.free} free" if profile.free is not None else ""
+        lines.append(f"  {mark}  {profile.label:<22} {profile.memory_gib:7.2f} GiB{note}{free}")
+    if rec.chosen:
+        c = rec.chosen
+        lines.append(f"recommended: {c.label} ({c.memory_gib:.2f} GiB"
+                     f"{', estimated' if c.estimated else ''})")
+    else:
+        lines.append("recommended: none of these profiles holds the peak; use a whole GPU or "
+                     "the levers below")
+    if rec.next_smaller:
+        n = rec.next_smaller
+        lines.append(f"to fit the next smaller profile, {n.label} ({n.memory_gib:.2f} GiB):")
+        for trial in advice.trials:
+            knobs = " ".join(trial.knobs)
+            if trial.peak_gib is None:
+                lines.append(f"  {knobs}: {trial.note or 'not measured'}")
+            else:
+                verdict = "fits" if trial.fits else "does not fit"
+                lines.append(f"  {knobs}: peak {trial.peak_gib:.2f} GiB, {verdict}")
+        for knob in advice.untested_knobs:
+            lines.append(f"  try {knob}")
+        if not advice.trials and not advice.untested_knobs:
+            lines.append("  no lever left to try: every one is already in use")
+    return lines

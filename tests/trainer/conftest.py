@@ -1,0 +1,44 @@
+"""Tiny Hugging Face model directories and datasets, written by draslice.trainer.scratch.
+
+Everything a real fine-tune loads (config, safetensors, tokenizer.json, chat template) is
+on disk, so the tests take the user's loading path with no download.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from draslice.trainer.scratch import save_preset, write_demo_data
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2(tmp_path_factory):
+    return save_preset("tiny-gpt2", tmp_path_factory.mktemp("models") / "tiny-gpt2")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory):
+    return save_preset("tiny-llama", tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def demo_data(tmp_path_factory):
+    """The demo task in all three formats: {format: path}."""
+    root = tmp_path_factory.mktemp("data")
+    return {
+        "prompt-completion": write_demo_data(root / "pc.jsonl", "prompt-completion", 128),
+        "chat": write_demo_data(root / "chat.jsonl", "chat", 128),
+        "datasets": write_demo_data(root / "saved", "datasets", 128),
+    }
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for the tiny models: on a busy 2-core machine OpenMP threads spin
+    against other processes and a 150k-parameter step takes 100x longer."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
