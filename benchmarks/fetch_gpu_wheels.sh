@@ -34,6 +34,7 @@ for group in $groups; do
     mib=$(( (bytes + 1048575) / 1048576 ))
     verdict=ok
     if (( mib > CARRY_MIB )); then verdict="TOO BIG for one carry (> ${CARRY_MIB} MiB)"; status=1; fi
-    echo "$DEST/$group: $(ls "$DEST/$group" | wc -l) wheels, ${mib} MiB: $verdict"
+    count=$(find "$DEST/$group" -maxdepth 1 -name "*.whl" | wc -l)
+    echo "$DEST/$group: $count wheels, ${mib} MiB: $verdict"
 done
 exit $status
