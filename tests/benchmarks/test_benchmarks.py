@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, requires_cuda
 
 BENCH = REPO / "benchmarks"
 sys.path.insert(0, str(BENCH))
@@ -169,3 +169,22 @@ def test_layering_installs_only_the_carried_wheels_this_python_lacks(tmp_path):
         (tmp_path / name).write_bytes(b"")
     missing = gpu_all._missing_wheels(sys.executable, [str(tmp_path)])
     assert [w.name for w in missing] == ["surely_not_installed_pkg-1.0-py3-none-any.whl"]
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_compare_trainers_on_a_gpu_judges_the_targets_in_bf16(tmp_path):
+    """On a CUDA host: a short real comparison (bf16, measured peak, targets judged)."""
+    out = tmp_path / "cmp.json"
+    done = subprocess.run([sys.executable, str(BENCH / "compare_trainers.py"), "--config",
+                           "seed", "--trainers", "ours,hf", "--steps", "30",
+                           "--json-out", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["peak_matmul"]["ok"] and result["peak_matmul"]["dtype"] == "bfloat16"
+    comp = result["comparisons"]["seed"]
+    assert comp["judged"] is True
+    assert comp["targets"]["speed_vs_hf"]["pass"] in (True, False)
+    for run in comp["runs"].values():
+        assert run["precision"] == "bf16" and run["device"].startswith("cuda")
+        assert 0 < run["mfu_lora"] < 1 and run["peak_allocated_gib"] > 0
