@@ -9,6 +9,7 @@ output is streamed, line by line, to our stdout and an optional log file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,6 +23,21 @@ from pathlib import Path
 from typing import TextIO
 
 KILL_GRACE_S = 5.0
+_LIVE: set[int] = set()  # process groups of the children running now
+
+
+def kill_children_on_term() -> None:
+    """For a script that runs children: when it is terminated (its own timeout, one level up),
+    kill its children's process groups too. Each child leads its own group, so killing this
+    script's group alone would leave them running on the GPU into the next step."""
+
+    def handler(signum, _frame) -> None:
+        for pgid in list(_LIVE):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 @dataclass
@@ -98,6 +114,7 @@ def run_child(
         env=env,
         start_new_session=True,  # its own process group, so a timeout kills grandchildren too
     )
+    _LIVE.add(proc.pid)
     pump = threading.Thread(target=_pump, args=(proc.stdout, prefix, sinks, tail), daemon=True)
     pump.start()
     timed_out = False
@@ -106,6 +123,8 @@ def run_child(
     except subprocess.TimeoutExpired:
         timed_out = True
         _kill_group(proc)
+    finally:
+        _LIVE.discard(proc.pid)
     pump.join(timeout=KILL_GRACE_S)
     seconds = time.perf_counter() - start
     return ChildOutcome(

@@ -42,7 +42,7 @@ from transformers import TrainerCallback
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from childproc import run_child, write_json  # noqa: E402
+from childproc import kill_children_on_term, run_child, write_json  # noqa: E402
 from flops import flop_count, mfu  # noqa: E402
 
 from draslice.trainer import device as dev  # noqa: E402
@@ -465,6 +465,7 @@ def main() -> None:
         write_json(args.json_out, run_one(args.child, cfg, args.device, args.precision))
         return
 
+    kill_children_on_term()
     quiet_libraries()
     deadline = time.monotonic() + args.budget_s
     trainers = [t.strip() for t in args.trainers.split(",") if t.strip()]

@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from childproc import run_child, write_json  # noqa: E402
+from childproc import kill_children_on_term, run_child, write_json  # noqa: E402
 
 GIB = 1024**3
 
@@ -333,6 +333,7 @@ def main() -> None:
         write_json(args.json_out, payload)
         return
 
+    kill_children_on_term()
     deadline = time.monotonic() + args.budget_s
     work = Path(args.work_dir or tempfile.gettempdir())
     work.mkdir(parents=True, exist_ok=True)

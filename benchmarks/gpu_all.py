@@ -33,7 +33,7 @@ from typing import TextIO
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from childproc import ChildOutcome, run_child, write_json  # noqa: E402
+from childproc import ChildOutcome, kill_children_on_term, run_child, write_json  # noqa: E402
 
 DEFAULT_BUDGET_S = 470.0
 MARGIN_S = 5.0  # kept back from every timeout so the driver can write its files
@@ -326,6 +326,7 @@ def main() -> None:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         raise SystemExit(2)
+    kill_children_on_term()
     driver = Driver(Path(args.out), args.budget_s, args.smoke)
     driver.say(f"budget {args.budget_s:.0f} s, smoke={args.smoke}, python {sys.executable}")
     if args.wheels:

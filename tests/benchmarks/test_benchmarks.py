@@ -188,3 +188,24 @@ def test_compare_trainers_on_a_gpu_judges_the_targets_in_bf16(tmp_path):
     for run in comp["runs"].values():
         assert run["precision"] == "bf16" and run["device"].startswith("cuda")
         assert 0 < run["mfu_lora"] < 1 and run["peak_allocated_gib"] > 0
+
+
+def test_a_step_killed_for_its_timeout_takes_its_own_children_along(tmp_path):
+    """compare_trainers/fit_slice run trainers as children in their own process groups; when
+    the driver times such a script out, those children must not live on into the next step."""
+    pidfile = tmp_path / "trainer.pid"
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(BENCH)!r})
+        from pathlib import Path
+        from childproc import kill_children_on_term, run_child
+        kill_children_on_term()
+        trainer = ("import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); "
+                   "time.sleep(60)")
+        run_child([sys.executable, "-c", trainer], Path({str(tmp_path / "t.json")!r}), 60)
+    """)
+    outcome = childproc.run_child([sys.executable, "-c", code], tmp_path / "none.json",
+                                  timeout_s=4)
+    assert outcome.timed_out
+    time.sleep(0.5)
+    assert not _running(int(pidfile.read_text()))
