@@ -122,9 +122,16 @@ class Driver:
         start = time.monotonic()
         status, notes = layer_wheels(wheel_dirs, self.say, min(120.0, self.left() - 60))
         if status.python:
-            self.python = status.python
+            check = subprocess.run(
+                [status.python, "-c", "import torch, transformers, peft, draslice.trainer.sft"],
+                capture_output=True, text=True, timeout=120, env=self.env)
+            if check.returncode == 0:
+                self.python = status.python
+            else:  # the layer must only add packages; if it broke one, run without it
+                notes.append("the layered Python cannot import the host's stack, not used: "
+                             + (check.stderr.strip().splitlines() or ["?"])[-1])
         self.record("wheels", "OK" if status.ok else "ERROR", time.monotonic() - start,
-                    result={"python": self.python, "installed": status.installed,
+                    result={"python": self.python, "ready": status.ready,
                             "notes": notes})
 
 
@@ -132,7 +139,7 @@ class Driver:
 class LayerStatus:
     ok: bool
     python: str | None
-    installed: list[str]
+    ready: list[str]  # the packages importable through the layer (carried or the host's)
 
 
 def host_site_dirs() -> list[str]:
@@ -140,8 +147,13 @@ def host_site_dirs() -> list[str]:
             and Path(p).is_dir()]
 
 
-def layer_wheels(wheel_dirs: list[str], say: Callable[[str], None],
-                 timeout_s: float) -> tuple[LayerStatus, list[str]]:
+BENCH_PACKAGES = (("trl", "datasets"), ("bitsandbytes",))
+LAYER_VENV = Path(tempfile.gettempdir()) / "draslice-bench-venv"
+
+
+def layer_wheels(wheel_dirs: list[str], say: Callable[[str], None], timeout_s: float,
+                 groups: tuple[tuple[str, ...], ...] = BENCH_PACKAGES,
+                 venv: Path = LAYER_VENV) -> tuple[LayerStatus, list[str]]:
     """A venv whose ``.pth`` puts this interpreter's site-packages behind its own, so pip's
     resolver sees what the host has (torch, transformers, peft, ...) and installs only what is
     missing from the carried wheels (``--no-index``: nothing is downloaded)."""
@@ -149,7 +161,6 @@ def layer_wheels(wheel_dirs: list[str], say: Callable[[str], None],
     dirs = [d for d in wheel_dirs if Path(d).is_dir()]
     if not dirs:
         return LayerStatus(False, None, []), [f"no wheel folder among {wheel_dirs}"]
-    venv = Path(tempfile.gettempdir()) / "draslice-bench-venv"
     deadline = time.monotonic() + max(timeout_s, 10)
     try:
         # Without its own pip (ensurepip would also bring an old setuptools on <= 3.11 that
@@ -161,16 +172,19 @@ def layer_wheels(wheel_dirs: list[str], say: Callable[[str], None],
         purelib = subprocess.run(
             [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
             check=True, capture_output=True, text=True, timeout=30).stdout.strip()
-        (Path(purelib) / "zz-host-site.pth").write_text("\n".join(host_site_dirs()) + "\n")
+        # addsitedir, not bare paths: the host's own .pth files (editable installs, path
+        # hooks) must work in the layer too.
+        (Path(purelib) / "zz-host-site.pth").write_text("".join(
+            f"import site; site.addsitedir({d!r})\n" for d in host_site_dirs()))
     except (OSError, subprocess.SubprocessError) as err:
         return LayerStatus(False, None, []), [f"could not make the layered venv: {err}"]
     links = [arg for d in dirs for arg in ("--find-links", d)]
     pip = [sys.executable, "-m", "pip", "--python", py, "install", "--no-index",
            "--disable-pip-version-check", "--no-input"]
-    installed: list[str] = []
+    ready: list[str] = []
     # One pip call per top-level package: a bitsandbytes wheel that does not fit must not
     # keep trl out.
-    for group in (["trl", "datasets"], ["bitsandbytes"]):
+    for group in map(list, groups):
         if not any(_wheels(dirs, name) for name in group):
             notes.append(f"{'/'.join(group)}: no wheel carried")
             continue
@@ -185,8 +199,8 @@ def layer_wheels(wheel_dirs: list[str], say: Callable[[str], None],
             ok = not missing or _pip(pip + ["--no-deps"] + [str(w) for w in missing],
                                      deadline, say)[0]
         if ok:
-            installed += group
-    return LayerStatus(bool(installed), py, installed), notes
+            ready += group
+    return LayerStatus(bool(ready), py, ready), notes
 
 
 def _pip(cmd: list[str], deadline: float, say: Callable[[str], None]) -> tuple[bool, str]:

@@ -209,3 +209,37 @@ def test_a_step_killed_for_its_timeout_takes_its_own_children_along(tmp_path):
     assert outcome.timed_out
     time.sleep(0.5)
     assert not _running(int(pidfile.read_text()))
+
+
+@pytest.mark.slow  # builds a wheel and a venv (~15-30 s)
+def test_carried_wheels_are_layered_over_this_python_which_it_keeps_using(tmp_path):
+    """The real mechanism: a venv over this interpreter, pip --no-index from the folder; the
+    carried package imports through the layer, and so do the host's torch and draslice."""
+    src = tmp_path / "src"
+    (src / "carried_bench_pkg").mkdir(parents=True)
+    (src / "carried_bench_pkg" / "__init__.py").write_text("VALUE = 42\n")
+    (src / "pyproject.toml").write_text(textwrap.dedent("""
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "carried-bench-pkg"
+        version = "1.0"
+    """))
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(wheels), str(src)], check=True,
+                   capture_output=True, timeout=300)
+    lines: list[str] = []
+    status, notes = gpu_all.layer_wheels([str(wheels)], lines.append, 300,
+                                         groups=(("carried-bench-pkg",), ("bitsandbytes",)),
+                                         venv=tmp_path / "layer")
+    assert status.ok and status.ready == ["carried-bench-pkg"], (notes, lines)
+    assert "bitsandbytes: no wheel carried" in notes
+    done = subprocess.run([status.python, "-c", "import carried_bench_pkg, torch, "
+                           "draslice.trainer.sft; print(carried_bench_pkg.VALUE)"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "42", done.stderr[-2000:]
+    host = subprocess.run([sys.executable, "-c", "import carried_bench_pkg"],
+                          capture_output=True, timeout=60)
+    assert host.returncode != 0  # installed into the layer only, never into this Python
