@@ -173,6 +173,7 @@ def build_finetune_pipeline(
         lr_schedule: str = "cosine",
         warmup_steps: int = 10,
         checkpoint_every: int = 50,
+        checkpoint_dir: str = "checkpoints",
         merge: bool = False,
         seed: int = 0,
         on_missing_dra: str = "skip",
@@ -187,7 +188,8 @@ def build_finetune_pipeline(
             smoke_task = _smoke(template, mode, device, slice_memory_gib)
             train = finetune(
                 model_dir=model_dir, data=data, mount_path=mount_path,
-                run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, data_format=data_format,
+                checkpoint_root=checkpoint_dir, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                data_format=data_format,
                 max_length=max_length, pack=pack, eval_fraction=eval_fraction,
                 gradient_checkpointing=gradient_checkpointing, bf16_weights=bf16_weights,
                 load_in_4bit=load_in_4bit, lora_r=lora_r, lora_alpha=lora_alpha,

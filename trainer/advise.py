@@ -38,6 +38,7 @@ class Advice:
     device: str
     on_cuda: bool
     recommendation: Recommendation
+    measured: bool = True
     trials: list[KnobTrial] = field(default_factory=list)
     untested_knobs: list[str] = field(default_factory=list)
 
@@ -45,7 +46,8 @@ class Advice:
         return {
             "peak_gib": self.peak_gib,
             "device": self.device,
-            "peak_is_gpu_memory": self.on_cuda,
+            "measured": self.measured,
+            "peak_is_gpu_memory": self.on_cuda and self.measured,
             **self.recommendation.to_dict(),
             "knob_trials": [t.__dict__ for t in self.trials],
             "untested_knobs": self.untested_knobs,
@@ -73,9 +75,9 @@ def advise(cfg: SFTConfig, candidates: list[SliceProfile],
         peak, device = result.peak_mem_gib, result.device["name"]
         on_cuda = result.device["device"].startswith("cuda")
     else:
-        peak, device, on_cuda = peak_gib, "given (--peak-gib)", True
+        peak, device, on_cuda = peak_gib, "", True
     rec = recommend(peak, candidates, headroom)
-    advice = Advice(peak, device, on_cuda, rec)
+    advice = Advice(peak, device, on_cuda, rec, measured=peak_gib is None)
     target = rec.next_smaller
     if target is None:
         return advice

@@ -78,7 +78,9 @@ def advise(gpu: str, headroom: float, steps: int, peak_gib: float | None, no_kno
 def render(advice) -> list[str]:
     """The advice as lines for a terminal."""
     rec = advice.recommendation
-    lines = [f"peak memory: {advice.peak_gib:.2f} GiB (measured on {advice.device})"]
+    source = advice.device if advice.measured else "given with --peak-gib, not measured"
+    lines = [f"peak memory: {advice.peak_gib:.2f} GiB ({'measured on ' if advice.measured else ''}"
+             f"{source})"]
     if not advice.on_cuda:
         lines.append("  note: on the CPU this is the process's peak resident memory (Python, "
                      "torch and the model), not GPU memory; measure on a GPU for a real fit")

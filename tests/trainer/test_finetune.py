@@ -104,6 +104,8 @@ def test_gpt2_prompt_completion_with_packing_and_levers(tiny_gpt2, demo_data, tm
     assert result.train_tokens == 3 * 2 * 64
     weights = load_file(tmp_path / ADAPTER_DIR / "adapter_model.safetensors")
     assert all(w.dtype == torch.float32 for w in weights.values())
+    check, _ = check_adapter(tmp_path)  # reloads the base in bf16, as it was trained
+    assert check.passed, check.detail
 
 
 def test_saved_dataset_dir_trains(tiny_gpt2, demo_data, tmp_path):
