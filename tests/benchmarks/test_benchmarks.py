@@ -1,0 +1,245 @@
+"""The benchmark scripts: FLOP formulas, the child-process runner, the driver's time budget,
+and `gpu_all.py --smoke` end to end on the CPU (what the GPU host runs, at tiny shapes)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, requires_cuda
+
+BENCH = REPO / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import childproc  # noqa: E402
+import flops  # noqa: E402
+import gpu_all  # noqa: E402
+
+from draslice.trainer.model import ModelShape, build_base, wrap_lora  # noqa: E402
+
+
+def test_flop_count_matches_the_gpt2_formula_and_counts_lora_apart():
+    shape = ModelShape(vocab_size=512, n_layer=4, n_embd=256, n_head=4, seq_len=64)
+    model = wrap_lora(build_base(shape, 0), 8, 16, 0.0, "c_attn,c_fc")
+    count = flops.flop_count(model, shape.n_layer, shape.n_embd, shape.seq_len)
+    d, L, V = shape.n_embd, shape.n_layer, shape.vocab_size
+    # Per block: qkv 3d^2, attention out d^2, MLP in 4d^2, MLP out 4d^2; plus the tied V x d head.
+    assert count.matmul_params == 12 * d * d * L + V * d
+    # LoRA r=8 on c_attn (d -> 3d) and c_fc (d -> 4d): r * (in + out) each.
+    assert count.lora_params == L * 8 * ((d + 3 * d) + (d + 4 * d))
+    attention = 12 * L * d * shape.seq_len
+    assert count.full_per_token == 6 * count.matmul_params + 6 * count.lora_params + attention
+    assert count.lora_per_token == count.full_per_token - 2 * count.matmul_params
+
+
+def test_mfu_is_against_the_measured_peak_and_absent_without_one():
+    assert flops.mfu(1e9, 1e5, 200.0) == pytest.approx(1e14 / 2e14)
+    assert flops.mfu(1e9, 1e5, 0.0) is None
+    assert flops.mfu(1e9, 1e5, None) is None
+
+
+def test_child_result_is_read_from_its_json_file(tmp_path):
+    out = tmp_path / "r.json"
+    code = f"import json; open({str(out)!r}, 'w').write(json.dumps({{'x': 1}})); print('hi')"
+    outcome = childproc.run_child([sys.executable, "-c", code], out, timeout_s=60)
+    assert outcome.ok and outcome.result == {"x": 1} and "hi" in outcome.tail
+
+
+def test_a_child_past_its_timeout_is_killed_with_its_grandchildren(tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    code = textwrap.dedent(f"""
+        import subprocess, sys, time
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        open({str(pidfile)!r}, "w").write(str(p.pid))
+        print("started", flush=True)
+        time.sleep(60)
+    """)
+    start = time.monotonic()
+    outcome = childproc.run_child([sys.executable, "-c", code], tmp_path / "none.json",
+                                  timeout_s=3)
+    assert outcome.timed_out and not outcome.ok and outcome.result is None
+    assert time.monotonic() - start < 20
+    grandchild = int(pidfile.read_text())
+    time.sleep(0.5)
+    assert not _running(grandchild)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's corpse waits for a reaper that may never come)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_driver_skips_a_step_that_does_not_fit_and_still_writes_its_files(tmp_path):
+    driver = gpu_all.Driver(tmp_path, budget_s=8, smoke=True)
+    step = gpu_all.Step("fit_7b", "fit_slice.py", ("--case", "7b"), cap_s=400, min_s=60)
+    assert driver.run_step(step) is None
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["steps"]["fit_7b"]["status"] == "SKIPPED"
+    assert "needs at least 60 s" in summary["steps"]["fit_7b"]["why"]
+    assert "fit_7b SKIPPED" in (tmp_path / "results.md").read_text()
+    assert "step fit_7b: SKIPPED" in (tmp_path / "gpu_all.log").read_text()
+
+
+def test_the_gpu_host_paths_do_not_import_kfp():
+    """The GPU host has no kfp (nor the cluster and plotting libraries): what the benchmarks
+    import must not need them."""
+    code = textwrap.dedent(f"""
+        import sys
+        for name in ("kfp", "kfp_server_api", "kubernetes", "matplotlib"):
+            sys.modules[name] = None  # any 'import kfp' now raises ImportError
+        sys.path.insert(0, {str(BENCH)!r})
+        import compare_trainers, fit_slice, gpu_all, envfacts, flops, childproc
+        import draslice.trainer.sft, draslice.trainer.smoke, draslice.trainer.scratch
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_driver_refuses_to_start_without_draslice_importable(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-S", str(BENCH / "gpu_all.py"), "--out",
+                           str(tmp_path)], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2
+    assert "draslice is not importable" in done.stderr and "PYTHONPATH" in done.stderr
+
+
+def _trainer_has_real_models() -> bool:
+    from draslice.trainer.sft import SFTConfig
+
+    return "model_dir" in {f.name for f in dataclasses.fields(SFTConfig)}
+
+
+@pytest.mark.slow
+def test_gpu_all_smoke_end_to_end(tmp_path):
+    """The very driver the GPU host runs, on the CPU with tiny shapes (about 2-3 minutes on
+    2 busy cores: a dozen fresh Python processes, each importing torch and transformers)."""
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(BENCH / "gpu_all.py"), "--out", str(out),
+                           "--smoke"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    steps = summary["steps"]
+    assert list(steps) == ["env", "matmul", "compare_seed", "compare_gpt2_124m", "fit_1.5b",
+                           "fit_7b"]
+    assert all(s["status"] == "OK" for s in steps.values()), steps
+    assert steps["env"]["result"]["packages"]["torch"]
+    assert steps["matmul"]["result"]["peak_matmul"]["ok"] is True
+
+    trl_here = importlib.util.find_spec("trl") is not None
+    for key, name in (("compare_seed", "seed"), ("compare_gpt2_124m", "gpt2-124m")):
+        comp = steps[key]["result"]["comparisons"][name]
+        assert comp["config"]["smoke"] is True and comp["judged"] is False
+        measured = [t for t, run in comp["runs"].items() if run.get("tokens_per_s", 0) > 0]
+        assert measured == (["ours", "hf", "trl"] if trl_here else ["ours", "hf"]), comp["runs"]
+        assert comp["ratios"]["ours_vs_hf_tokens_per_s"] > 0
+        for run in comp["runs"].values():
+            if "tokens_per_s" in run:
+                assert run["timed_steps"] == 4 and 0 < run["mfu_lora"] < run["mfu_full"]
+
+    for key, name in (("fit_1.5b", "1.5b"), ("fit_7b", "7b")):
+        case = steps[key]["result"]["cases"][name]
+        if _trainer_has_real_models():
+            assert case["status"].startswith("RAN"), case
+            assert case["train"]["finished"] and case["train"]["result"]["steps"] == 3
+        else:  # until real-model training lands the case says exactly what is missing
+            assert case["status"] == "ERROR" and "has no field(s)" in case["why"], case
+    md = (out / "results.md").read_text()
+    assert "CPU --smoke" in md and "| seed | draslice SFT loop |" in md
+    assert "step compare_seed: OK" in (out / "gpu_all.log").read_text()
+
+
+def test_layering_installs_only_the_carried_wheels_this_python_lacks(tmp_path):
+    for name in ("torch-9.9.9-py3-none-any.whl", "surely_not_installed_pkg-1.0-py3-none-any.whl",
+                 "draslice-0.1.0-py3-none-any.whl"):
+        (tmp_path / name).write_bytes(b"")
+    missing = gpu_all._missing_wheels(sys.executable, [str(tmp_path)])
+    assert [w.name for w in missing] == ["surely_not_installed_pkg-1.0-py3-none-any.whl"]
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_compare_trainers_on_a_gpu_judges_the_targets_in_bf16(tmp_path):
+    """On a CUDA host: a short real comparison (bf16, measured peak, targets judged)."""
+    out = tmp_path / "cmp.json"
+    done = subprocess.run([sys.executable, str(BENCH / "compare_trainers.py"), "--config",
+                           "seed", "--trainers", "ours,hf", "--steps", "30",
+                           "--json-out", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["peak_matmul"]["ok"] and result["peak_matmul"]["dtype"] == "bfloat16"
+    comp = result["comparisons"]["seed"]
+    assert comp["judged"] is True
+    assert comp["targets"]["speed_vs_hf"]["pass"] in (True, False)
+    for run in comp["runs"].values():
+        assert run["precision"] == "bf16" and run["device"].startswith("cuda")
+        assert 0 < run["mfu_lora"] < 1 and run["peak_allocated_gib"] > 0
+
+
+def test_a_step_killed_for_its_timeout_takes_its_own_children_along(tmp_path):
+    """compare_trainers/fit_slice run trainers as children in their own process groups; when
+    the driver times such a script out, those children must not live on into the next step."""
+    pidfile = tmp_path / "trainer.pid"
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(BENCH)!r})
+        from pathlib import Path
+        from childproc import kill_children_on_term, run_child
+        kill_children_on_term()
+        trainer = ("import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); "
+                   "time.sleep(60)")
+        run_child([sys.executable, "-c", trainer], Path({str(tmp_path / "t.json")!r}), 60)
+    """)
+    outcome = childproc.run_child([sys.executable, "-c", code], tmp_path / "none.json",
+                                  timeout_s=4)
+    assert outcome.timed_out
+    time.sleep(0.5)
+    assert not _running(int(pidfile.read_text()))
+
+
+@pytest.mark.slow  # builds a wheel and a venv (~15-30 s)
+def test_carried_wheels_are_layered_over_this_python_which_it_keeps_using(tmp_path):
+    """The real mechanism: a venv over this interpreter, pip --no-index from the folder; the
+    carried package imports through the layer, and so do the host's torch and draslice."""
+    src = tmp_path / "src"
+    (src / "carried_bench_pkg").mkdir(parents=True)
+    (src / "carried_bench_pkg" / "__init__.py").write_text("VALUE = 42\n")
+    (src / "pyproject.toml").write_text(textwrap.dedent("""
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "carried-bench-pkg"
+        version = "1.0"
+    """))
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(wheels), str(src)], check=True,
+                   capture_output=True, timeout=300)
+    lines: list[str] = []
+    status, notes = gpu_all.layer_wheels([str(wheels)], lines.append, 300,
+                                         groups=(("carried-bench-pkg",), ("bitsandbytes",)),
+                                         venv=tmp_path / "layer")
+    assert status.ok and status.ready == ["carried-bench-pkg"], (notes, lines)
+    assert "bitsandbytes: no wheel carried" in notes
+    done = subprocess.run([status.python, "-c", "import carried_bench_pkg, torch, "
+                           "draslice.trainer.sft; print(carried_bench_pkg.VALUE)"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "42", done.stderr[-2000:]
+    host = subprocess.run([sys.executable, "-c", "import carried_bench_pkg"],
+                          capture_output=True, timeout=60)
+    assert host.returncode != 0  # installed into the layer only, never into this Python
