@@ -193,6 +193,7 @@ def build_finetune_pipeline(
         slice_memory_gib: float = 0.0,
         memory_headroom: float = 0.1,
         min_loss_drop: float = 0.05,
+        compile_mode: str = "off",
     ):
         pre = _checks(template, on_missing_dra, preflight_source)
         with dsl.If(pre.outputs["decision"] == READY, name="slice-available"):
@@ -208,7 +209,7 @@ def build_finetune_pipeline(
                 learning_rate=learning_rate, lr_schedule=lr_schedule,
                 warmup_steps=warmup_steps, checkpoint_every=checkpoint_every, merge=merge,
                 seed=seed, device=device, precision=precision,
-                slice_memory_gib=slice_memory_gib,
+                slice_memory_gib=slice_memory_gib, compile_mode=compile_mode,
             ).after(smoke_task)
             train.set_display_name("fine-tune")
             train.set_caching_options(False)  # the data on the PVC can change under one name

@@ -1,4 +1,4 @@
-"""A memory-lean causal-LM loss: cross-entropy through the LM head in chunks.
+"""A memory-lean, sync-free causal-LM loss: cross-entropy through the LM head in chunks.
 
 ``model(labels=...)`` materialises the logits of the whole batch (batch x seq x vocab, in fp32
 for the loss: 0.8 GB for GPT-2 at batch 8 x 512) and keeps them for backward. Here the hidden
@@ -6,9 +6,17 @@ states of the *labelled* positions only (prompt tokens cost nothing) go through 
 chunk at a time; each chunk's gradient with respect to the hidden states is computed right
 away, so at most one chunk of logits exists at any moment and nothing is recomputed. The LM
 head's own weight is frozen under LoRA, so no gradient for it is needed.
+
+Which positions carry a label is decided on the CPU, from the labels the collator built, before
+the batch is copied to the device (:func:`to_device`). Choosing them on the GPU (a boolean mask,
+``int(mask.sum())``) makes the host wait for the forward pass in the middle of every step; on a
+GPU where launching kernels costs about as long as running them, those waits doubled the step
+time of GPT-2-124M (docs/benchmarks.md).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -22,23 +30,84 @@ def chunk_tokens(vocab_size: int) -> int:
     return max(128, CHUNK_BYTES // (4 * vocab_size))
 
 
+@dataclass
+class LossBatch:
+    """One batch on its device, with its labelled positions already chosen on the host."""
+
+    input_ids: torch.Tensor
+    """batch x seq token ids."""
+    attention_mask: torch.Tensor | None
+    """None when no position is padding: the model then takes its causal fast path."""
+    positions: torch.Tensor
+    """Flat indices into the batch x seq hidden states whose *next* token is a label."""
+    targets: torch.Tensor
+    """The label predicted at each of ``positions``."""
+    count: int
+    """Labelled tokens (len of ``positions``): the loss is their mean."""
+    tokens: int
+    """Real (unpadded) tokens: what tokens/s counts."""
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> LossBatch:
+    """A collated CPU batch (``input_ids``, ``labels``, optional ``attention_mask``) on ``device``.
+
+    Everything that needs a value (counts, which positions are labelled, whether there is
+    padding) is read here on the host, so the training step itself never waits for the GPU.
+    """
+    ids, labels = batch["input_ids"], batch["labels"]
+    mask = batch.get("attention_mask")
+    width = ids.shape[1]
+    b, s = (labels[:, 1:] != IGNORE).nonzero(as_tuple=True)
+    positions = b * width + s
+    targets = labels[b, s + 1]
+    padded = mask is not None and not bool(mask.all())
+    tokens = int(mask.sum()) if mask is not None else ids.numel()
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        if device.type == "cuda":
+            return t.pin_memory().to(device, non_blocking=True)
+        return t.to(device)
+
+    return LossBatch(
+        input_ids=move(ids), attention_mask=move(mask) if padded else None,
+        positions=move(positions), targets=move(targets), count=int(positions.numel()),
+        tokens=tokens,
+    )
+
+
 class _ChunkedCrossEntropy(torch.autograd.Function):
-    """Sum of token cross-entropies of ``hidden @ weight.T (+ bias)``; grad to ``hidden`` only."""
+    """Sum of token cross-entropies of ``hidden @ weight.T (+ bias)``; grad to ``hidden`` only.
+
+    The matmuls run in the autocast dtype when autocast is on (as ``F.linear`` would), with the
+    head cast once per call rather than once per chunk. A vocabulary that is not a multiple of
+    ``VOCAB_ALIGN`` (GPT-2's 50,257) is padded with zero rows whose logits are set to -inf:
+    an odd row stride keeps cuBLAS off its fast tensor-core kernels (on an H200 the two head
+    matmuls of GPT-2 ran at ~115 TFLOP/s unpadded).
+    """
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, chunk):  # noqa: D102
+        device_type = hidden.device.type
+        dtype = (torch.get_autocast_dtype(device_type)
+                 if torch.is_autocast_enabled(device_type) else weight.dtype)
+        vocab = weight.shape[0]
+        w, b = _aligned_head(weight, bias, dtype)
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(hidden)
-        for start in range(0, hidden.shape[0], chunk):
-            h = hidden[start:start + chunk]
-            t = targets[start:start + chunk]
-            logits = F.linear(h, weight, bias).float()
-            lse = torch.logsumexp(logits, dim=-1)
-            total += (lse - logits.gather(1, t[:, None]).squeeze(1)).sum()
-            # d(sum CE)/d(logits) = softmax - one_hot, computed in place on the chunk.
-            probs = logits.sub_(lse[:, None]).exp_()
-            probs[torch.arange(t.shape[0], device=t.device), t] -= 1.0
-            grad_hidden[start:start + chunk] = probs.to(weight.dtype) @ weight
+        with torch.autocast(device_type, enabled=False):
+            for start in range(0, hidden.shape[0], chunk):
+                h = hidden[start:start + chunk].to(dtype)
+                t = targets[start:start + chunk]
+                logits = F.linear(h, w, b).float()
+                if w.shape[0] != vocab:
+                    logits[:, vocab:] = float("-inf")
+                lse = torch.logsumexp(logits, dim=-1)
+                total += (lse - logits.gather(1, t[:, None]).squeeze(1)).sum()
+                # d(sum CE)/d(logits) = softmax - one_hot, in place on the chunk; the padded
+                # columns are exp(-inf) = 0 and contribute nothing.
+                probs = logits.sub_(lse[:, None]).exp_()
+                probs[torch.arange(t.shape[0], device=t.device), t] -= 1.0
+                grad_hidden[start:start + chunk] = probs.to(dtype) @ w
         ctx.save_for_backward(grad_hidden)
         return total
 
@@ -46,6 +115,21 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_total):  # noqa: D102
         (grad_hidden,) = ctx.saved_tensors
         return grad_hidden * grad_total.to(grad_hidden.dtype), None, None, None, None
+
+
+VOCAB_ALIGN = 64
+
+
+def _aligned_head(weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The head in ``dtype`` with its rows padded to a multiple of ``VOCAB_ALIGN``."""
+    w = weight.detach().to(dtype)
+    b = bias.detach().to(dtype) if bias is not None else None
+    pad = -weight.shape[0] % VOCAB_ALIGN
+    if pad:
+        w = torch.cat([w, w.new_zeros(pad, w.shape[1])])
+        b = torch.cat([b, b.new_zeros(pad)]) if b is not None else None
+    return w, b
 
 
 def chunked_cross_entropy(hidden: torch.Tensor, head: torch.nn.Module, targets: torch.Tensor,
@@ -75,17 +159,13 @@ def split_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module
     return getattr(base, base.base_model_prefix), base.get_output_embeddings()
 
 
-def causal_lm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]
-                   ) -> tuple[torch.Tensor, int]:
-    """Mean next-token cross-entropy over labelled tokens, and how many there were."""
+def causal_lm_loss(model: torch.nn.Module, batch: LossBatch) -> torch.Tensor:
+    """Mean next-token cross-entropy over the batch's ``count`` labelled tokens."""
     backbone, head = split_head(model)
-    hidden = backbone(input_ids=batch["input_ids"],
-                      attention_mask=batch.get("attention_mask")).last_hidden_state
-    targets = batch["labels"][:, 1:]
-    keep = targets != IGNORE
-    count = int(keep.sum())
-    if count == 0:
-        return hidden.sum() * 0.0, 0
-    total = chunked_cross_entropy(hidden[:, :-1][keep], head, targets[keep],
-                                  chunk_tokens(head.weight.shape[0]))
-    return total / count, count
+    hidden = backbone(input_ids=batch.input_ids,
+                      attention_mask=batch.attention_mask).last_hidden_state
+    if batch.count == 0:
+        return hidden.sum() * 0.0
+    flat = hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch.positions)
+    total = chunked_cross_entropy(flat, head, batch.targets, chunk_tokens(head.weight.shape[0]))
+    return total / batch.count

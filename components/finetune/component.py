@@ -40,6 +40,7 @@ def finetune(
     device: str = "auto",
     precision: str = "auto",
     slice_memory_gib: float = 0.0,
+    compile_mode: str = "off",
 ) -> NamedTuple(
     "FinetuneOutputs",
     peak_mem_gib=float,
@@ -85,6 +86,9 @@ def finetune(
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         precision: ``auto``, ``bf16`` or ``fp32``.
         slice_memory_gib: Emulate a slice of this many GiB on a bigger GPU (0: no cap).
+        compile_mode: torch.compile of the transformer body: ``off``, ``default`` or
+            ``reduce-overhead`` (CUDA graphs; for packed, fixed-width batches). A one-off
+            compile of tens of seconds that long runs win back (docs/benchmarks.md).
 
     Returns:
         peak_mem_gib: Peak memory the training held.
@@ -111,7 +115,7 @@ def finetune(
         checkpoint_every=checkpoint_every,
         checkpoint_dir=os.path.join(under_mount(checkpoint_root), run_id),
         merge=merge, log_every=log_every, seed=seed, device=device, precision=precision,
-        slice_memory_gib=slice_memory_gib,
+        slice_memory_gib=slice_memory_gib, compile=compile_mode,
     )
     os.makedirs(adapter.path, exist_ok=True)
     result = train(cfg, output_dir=adapter.path, metrics_path=train_log.path)

@@ -65,7 +65,15 @@ def smoke(device: str, matmul_size: int, slice_memory_gib: float, as_json: bool)
               help="Examples (or packed rows) per step.")
 @click.option("--seq-len", type=int, default=64, show_default=True,
               help="Sequence length of the synthetic run (a real run uses --max-length).")
-@click.option("--learning-rate", type=float, default=3e-3, show_default=True)
+@click.option("--learning-rate", type=float, default=3e-3, show_default=True,
+              help="AdamW rate. The default suits the synthetic run; for a pretrained model "
+                   "1e-4 to 3e-4 with --warmup-steps is the usual LoRA range.")
+@click.option("--compile", type=click.Choice(["off", "default", "reduce-overhead"]),
+              default="off", show_default=True,
+              help="torch.compile the transformer body: faster steps after a one-off compile "
+                   "(tens of seconds), worth it for long runs. reduce-overhead also replays "
+                   "each pass as a CUDA graph (GPU only; one graph per batch shape, so use it "
+                   "with --pack or the synthetic run).")
 @click.option("--lr-schedule", type=click.Choice(["constant", "cosine"]), default="constant",
               show_default=True, help="After warmup: keep the rate, or decay it to 0.")
 @click.option("--warmup-steps", type=int, default=0, show_default=True,

@@ -17,7 +17,7 @@ from draslice.trainer.errors import (
     ModelLoadError,
 )
 from draslice.trainer.examples import IGNORE
-from draslice.trainer.loss import causal_lm_loss
+from draslice.trainer.loss import causal_lm_loss, to_device
 from draslice.trainer.model import LLAMA_ATTENTION_AND_MLP, ModelShape, build_base, wrap_lora
 from draslice.trainer.sft import ADAPTER_DIR, MERGED_DIR, RUN_FILE, SFTConfig, train
 from draslice.trainer.validate import check_adapter
@@ -130,9 +130,34 @@ def test_chunked_loss_equals_full_logits_loss_and_gradients(monkeypatch):
     want_grads = [p.grad.clone() for p in model.parameters() if p.requires_grad]
     model.zero_grad()
     monkeypatch.setattr(loss_mod, "chunk_tokens", lambda _vocab: 16)  # several chunks
-    got, count = causal_lm_loss(model, {"input_ids": ids, "labels": labels})
+    batch = to_device({"input_ids": ids, "labels": labels}, torch.device("cpu"))
+    got = causal_lm_loss(model, batch)
     got.backward()
-    assert count == 3 * (40 - 7)
+    assert batch.count == 3 * (40 - 7) and batch.tokens == 3 * 40
+    assert torch.allclose(got, want, atol=1e-6)
+    for g, w in zip((p.grad for p in model.parameters() if p.requires_grad), want_grads,
+                    strict=True):
+        assert torch.allclose(g, w, atol=1e-6)
+
+
+def test_chunked_loss_pads_an_odd_vocabulary_without_changing_the_loss(monkeypatch):
+    """GPT-2's 50,257 rows are padded to a multiple of 64 for the matmuls: the padded logits
+    must not leak into the softmax or the gradient."""
+    import draslice.trainer.loss as loss_mod
+
+    model = wrap_lora(build_base(ModelShape(vocab_size=509), 0), 8, 16, 0.0, "auto")
+    torch.manual_seed(1)
+    for p in model.parameters():
+        if p.requires_grad:
+            torch.nn.init.normal_(p, std=0.02)
+    ids = torch.randint(0, 509, (2, 24))
+    want = model(input_ids=ids, labels=ids).loss
+    want.backward()
+    want_grads = [p.grad.clone() for p in model.parameters() if p.requires_grad]
+    model.zero_grad()
+    monkeypatch.setattr(loss_mod, "chunk_tokens", lambda _vocab: 10)
+    got = causal_lm_loss(model, to_device({"input_ids": ids, "labels": ids}, torch.device("cpu")))
+    got.backward()
     assert torch.allclose(got, want, atol=1e-6)
     for g, w in zip((p.grad for p in model.parameters() if p.requires_grad), want_grads,
                     strict=True):

@@ -74,6 +74,7 @@ def test_seed_attention_only_choice_is_one_parameter_away(tmp_path):
         ({"learning_rate": 0.0}, "learning_rate"),
         ({"lora_targets": "q_proj"}, "lora_targets"),
         ({"shape": ModelShape(n_embd=250, n_head=4)}, "n_head"),
+        ({"compile": "yes"}, "compile"),
     ],
 )
 def test_bad_input_is_refused_before_training(tmp_path, overrides, name):
@@ -89,3 +90,23 @@ def test_nan_loss_stops_with_a_message(tmp_path):
     with pytest.raises(TrainingDiverged, match=r"loss became nan at step \d+"):
         train(SFTConfig(learning_rate=1e6, steps=20), tmp_path / "a", tmp_path / "m.jsonl",
               log=lambda _line: None)
+
+
+def test_compiled_run_trains_like_the_eager_one(tmp_path):
+    """torch.compile (inductor, here its C++ CPU backend) changes speed, not the training: same
+    losses within float noise, same adapter file layout. reduce-overhead falls back on a CPU."""
+    shape = ModelShape(vocab_size=128, n_layer=2, n_embd=64, n_head=2, seq_len=32)
+    common = dict(shape=shape, steps=4, batch_size=4, dataset_size=16, alphabet=32,
+                  device="cpu", log_every=1)
+    eager = train(SFTConfig(**common), tmp_path / "e", tmp_path / "e.jsonl",
+                  log=lambda _line: None)
+    lines: list[str] = []
+    compiled = train(SFTConfig(**common, compile="reduce-overhead"), tmp_path / "c",
+                     tmp_path / "c.jsonl", log=lines.append)
+    assert "compile: CUDA graphs need a GPU; compiling without them (mode 'default')" in lines
+    want = [json.loads(x)["loss"] for x in (tmp_path / "e.jsonl").read_text().splitlines()]
+    got = [json.loads(x)["loss"] for x in (tmp_path / "c.jsonl").read_text().splitlines()]
+    assert len(got) == 4 and got == pytest.approx(want, rel=1e-4)
+    assert compiled.final_loss == pytest.approx(eager.final_loss, rel=1e-4)
+    assert sorted(p.name for p in (tmp_path / "c" / "adapter").iterdir()) == sorted(
+        p.name for p in (tmp_path / "e" / "adapter").iterdir())
