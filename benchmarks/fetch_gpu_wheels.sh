@@ -27,6 +27,11 @@ for group in $groups; do
         -d "$DEST/$group" $reqs
 done
 $PIP wheel --quiet --no-deps --no-build-isolation -w "$DEST/bench-a" .
+# kfp-server-api is published as an sdist only: build its (pure Python) wheel here.
+if grep -q '^cli ' "$LIST"; then
+    $PIP wheel --quiet --no-deps -w "$DEST/cli" kfp-server-api==2.17.3
+    cp "$DEST"/bench-a/draslice-*.whl "$DEST/cli/"
+fi
 
 status=0
 for group in $groups; do

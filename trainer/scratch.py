@@ -186,6 +186,7 @@ def save_scratch_model(
             torch.cuda.manual_seed_all(seed)
         with torch.device(device):
             model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    _init_padding_rows(model, config, seed)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -195,6 +196,26 @@ def save_scratch_model(
          "note": "random init by draslice.trainer.scratch; not a pretrained model"},
         indent=2) + "\n")
     return out
+
+
+def _init_padding_rows(model: torch.nn.Module, config, seed: int) -> None:
+    """Give the pad token's embedding row random values like every other row.
+
+    Hugging Face's init zeroes the ``padding_idx`` row, and here the pad token is the EOS
+    token, which packing puts at the start of rows. A row starting with a zero embedding
+    keeps an exactly-zero residual stream at position 0 (it attends only to itself; no biases),
+    so every RMSNorm backward there multiplies by 1/sqrt(eps) = 1000. Measured on a 28-layer
+    copy of the ``llama-1.5b`` shape: one such batch sent the gradient to inf by layer 5, and
+    the 1.5B fit went NaN at step 3 at any learning rate (docs/benchmarks.md). A pretrained
+    model's pad row is not zero.
+    """
+    std = float(getattr(config, "initializer_range", 0.02))
+    gen = torch.Generator(device="cpu").manual_seed(seed + 1)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Embedding) and module.padding_idx is not None:
+                row = torch.randn(module.weight.shape[1], generator=gen) * std
+                module.weight[module.padding_idx] = row.to(module.weight)
 
 
 def save_preset(name: str, out_dir: str | Path, device: str = "cpu", **overrides) -> Path:

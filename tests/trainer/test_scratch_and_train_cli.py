@@ -50,6 +50,40 @@ def test_presets_have_the_advertised_sizes():
     assert sizes["tiny-llama"] < 1e6
 
 
+def _layer_grad_norms(model_dir, ids: torch.Tensor) -> list[float]:
+    """Gradient norm at each decoder layer's output after one backward of the LM loss."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    outs: list[torch.Tensor] = []
+
+    def keep(_module, _inputs, out):
+        hidden = out[0] if isinstance(out, tuple) else out
+        hidden.retain_grad()
+        outs.append(hidden)
+
+    for layer in model.model.layers:
+        layer.register_forward_hook(keep)
+    model(input_ids=ids, labels=ids).loss.backward()
+    return [float(o.grad.norm()) for o in outs]
+
+
+def test_a_row_starting_with_the_pad_token_keeps_a_finite_backward(tmp_path):
+    """HF's init zeroes the pad (= EOS) embedding row; a packed row that starts with EOS then
+    has a zero residual stream at position 0 and every RMSNorm backward there multiplies by
+    1/sqrt(eps): the 28-layer 1.5B preset reached inf. Scratch models give that row values."""
+    model_dir = save_scratch_model(tmp_path / "m", "llama", hidden_size=256, num_layers=20,
+                                   num_heads=4, num_kv_heads=2, intermediate_size=1024,
+                                   vocab_size=512, max_positions=128, dtype="float32")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    pad = model.get_input_embeddings().padding_idx
+    assert pad == tokenizer.eos_token_id
+    assert float(model.get_input_embeddings().weight[pad].abs().max()) > 0
+    ids = torch.randint(0, 512, (2, 64), generator=torch.Generator().manual_seed(0))
+    ids[:, 0] = tokenizer.eos_token_id
+    norms = _layer_grad_norms(model_dir, ids)
+    assert norms[0] / norms[-1] < 100, norms
+
+
 def test_bad_shapes_are_refused(tmp_path):
     with pytest.raises(InvalidParameter, match="arch"):
         save_scratch_model(tmp_path, "bert", hidden_size=32, num_layers=1, num_heads=2,
