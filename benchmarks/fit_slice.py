@@ -12,8 +12,8 @@ Cases (the seed's rule, "0.5-1.5B LoRA fits 1g.6gb; 7B QLoRA needs 2g.12gb"):
 Each case builds the model directory in one process (on the GPU: a 7B init on a CPU takes
 minutes; the directory goes to /dev/shm when it has room, as writing ~13.5 GB to disk is slow)
 and trains it in another, through the trainer's Python API (what ``draslice train
---model-dir ... --slice-memory-gib N --json`` runs; the API is used because the ``draslice``
-command line also loads the pipeline code, which needs kfp), with the slice emulated by the
+--model-dir ... --slice-memory-gib N --json`` runs; the API hands back the result object and
+the config it ran, which the report needs), with the slice emulated by the
 per-process CUDA memory cap (``trainer/device.py``). The cap makes the allocator fail at the
 slice size as a MIG slice would, so a case that finishes stayed inside it.
 
