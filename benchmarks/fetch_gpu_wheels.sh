@@ -30,8 +30,11 @@ $PIP wheel --quiet --no-deps --no-build-isolation -w "$DEST/bench-a" .
 # kfp-server-api is published as an sdist only: build its (pure Python) wheel here.
 if grep -q '^cli ' "$LIST"; then
     $PIP wheel --quiet --no-deps -w "$DEST/cli" kfp-server-api==2.17.3
-    cp "$DEST"/bench-a/draslice-*.whl "$DEST/cli/"
 fi
+# Every folder travels alone (benchmarks/gpu_session.sh): each gets the draslice wheel.
+for group in $groups; do
+    [ "$group" = bench-a ] || cp "$DEST"/bench-a/draslice-*.whl "$DEST/$group/"
+done
 
 status=0
 for group in $groups; do

@@ -243,3 +243,10 @@ def test_carried_wheels_are_layered_over_this_python_which_it_keeps_using(tmp_pa
     host = subprocess.run([sys.executable, "-c", "import carried_bench_pkg"],
                           capture_output=True, timeout=60)
     assert host.returncode != 0  # installed into the layer only, never into this Python
+
+
+def test_gpu_session_names_its_parts_and_refuses_others():
+    done = subprocess.run(["bash", str(BENCH / "gpu_session.sh"), "everything"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "usage: bash benchmarks/gpu_session.sh fit|seed|gpt2|tests"
