@@ -284,6 +284,9 @@ def train(
         model.train()
         train_start = last_done = time.perf_counter()
 
+        def log_step(step: int) -> bool:
+            return step % cfg.log_every == 0 or step == start_step + 1 or step == cfg.steps
+
         def finish(step: int, tokens: int, lr: float) -> None:
             """Record a step whose loss has been read: divergence check, metrics, logs."""
             nonlocal eval_loss, last_done
@@ -308,7 +311,7 @@ def train(
                 else loglines.gib(peak),
                 "lr": lr,
             }
-            logged = step % cfg.log_every == 0 or step == start_step + 1 or step == cfg.steps
+            logged = log_step(step)
             if eval_rows is not None and logged:
                 eval_loss = evaluate(model, eval_rows, cfg.batch_size, torch_device, autocast)
                 record["eval_loss"] = eval_loss
@@ -339,8 +342,11 @@ def train(
                 pending = (step, batch.tokens, scheduler.get_last_lr()[0])
                 saving = cfg.checkpoint_every and (step % cfg.checkpoint_every == 0
                                                    or step == cfg.steps)
-                if saving or step == cfg.steps or not reader.lagged:
-                    finish(*pending)  # a checkpoint never holds a step that diverged
+                evaluating = eval_rows is not None and log_step(step)
+                # At once, not one step late: a checkpoint never holds a step that diverged,
+                # and the eval loss of step N is measured before step N + 1 updates the model.
+                if saving or evaluating or step == cfg.steps or not reader.lagged:
+                    finish(*pending)
                     pending = None
                 if saving:
                     checkpoint.save(ckpt_root, step, model, {
