@@ -73,7 +73,8 @@ def smoke(device: str, matmul_size: int, slice_memory_gib: float, as_json: bool)
               help="torch.compile the transformer body: faster steps after a one-off compile "
                    "(tens of seconds), worth it for long runs. reduce-overhead also replays "
                    "each pass as a CUDA graph (GPU only; one graph per batch shape, so use it "
-                   "with --pack or the synthetic run).")
+                   "with --pack or the synthetic run). Measured on GPT-2 shapes; with "
+                   "--load-in-4bit it is not measured yet.")
 @click.option("--lr-schedule", type=click.Choice(["constant", "cosine"]), default="constant",
               show_default=True, help="After warmup: keep the rate, or decay it to 0.")
 @click.option("--warmup-steps", type=int, default=0, show_default=True,
