@@ -1,7 +1,8 @@
 """Our SFT loop against HF Trainer + peft (the seed's approach) and TRL SFTTrainer + peft.
 
     python benchmarks/compare_trainers.py [--config seed] [--config gpt2-124m] [--smoke]
-        [--trainers ours,ours-compiled,hf,hf-compiled,trl] [--peak-tflops X] [--json-out FILE]
+        [--trainers ours,ours-compiled,ours-cudagraphs,hf,hf-compiled,trl] [--peak-tflops X]
+        [--json-out FILE]
 
 Same model (``draslice.trainer.model.build_base`` + ``wrap_lora``, same shape, seed and LoRA
 config), same data tensor (``successor_chains`` with the same seed), same batch size and
@@ -12,10 +13,11 @@ clipping: our loop clips nothing, so Trainer's default clipping is switched off)
 Trainers no logging, saving or evaluation (``report_to=[]``). TRL's own default of gradient
 checkpointing is switched off too (no trainer here recomputes activations).
 
-Timing: the first ``warmup`` optimizer steps are excluded. The clock starts at the end of
-step ``warmup`` and stops at the end of the last step, after ``torch.cuda.synchronize`` at
-both points (our loop synchronises every step anyway: it reads the loss); what a trainer does
-between steps (its data loader, callbacks) is inside the interval for all three alike.
+Timing: the first ``warmup`` optimizer steps are excluded (compilation happens in them). The
+clock starts at the end of step ``warmup`` and stops at the end of the last step: the Trainers'
+callback calls ``torch.cuda.synchronize`` at both points; our loop logs a step when it has read
+that step's loss, which waits for the step's end on the GPU. What a trainer does between steps
+(its data loader, callbacks) is inside the interval for all of them alike.
 tokens/s = timed steps x batch x sequence length / interval. Peak memory is the process's
 peak reserved CUDA memory (what counts against a slice); every trainer runs in its own fresh
 process so no trainer sees another's cached blocks. On the CPU (``--smoke``) peak memory is
@@ -172,8 +174,8 @@ def run_ours(cfg: BenchConfig, torch_device: torch.device, precision: str, tmp: 
     marks: dict[int, float] = {}
 
     def log(line: str) -> None:
-        # With log_every=1 the loop logs every step right after loss.item(), which has
-        # synchronised the device: the time of the call is the end of that step.
+        # With log_every=1 the loop logs every step once it has read that step's loss, which
+        # waits for the step's end on the device: the time of the call is the end of that step.
         match = STEP_LINE.search(line)
         if match and int(match[1]) in (cfg.warmup, cfg.steps):
             marks[int(match[1])] = time.perf_counter()
