@@ -102,13 +102,21 @@ def apply_slice_cap(device: torch.device, slice_memory_gib: float) -> float | No
     """Cap this process's CUDA memory to ``slice_memory_gib`` GiB (0 = no cap).
 
     Uses ``torch.cuda.set_per_process_memory_fraction``: the caching allocator then raises
-    out-of-memory at the cap, as a MIG slice of that size would.
+    out-of-memory at the cap, as a MIG slice of that size would. The fraction is a setting of
+    the whole process, so it is always set: a run without a cap that follows a capped one in
+    the same process (``advise``'s trials, a notebook, a test session) gets the whole device
+    back instead of the last run's slice. Cached blocks are released first: memory the
+    allocator already holds is not checked against a new cap, so a run could otherwise
+    train inside a smaller "slice" on an earlier run's cache.
     """
-    if not check_slice_cap(device, slice_memory_gib):
+    capped = check_slice_cap(device, slice_memory_gib)
+    if device.type != "cuda":
         return None
+    torch.cuda.empty_cache()
     total = torch.cuda.get_device_properties(device).total_memory
-    torch.cuda.set_per_process_memory_fraction(slice_memory_gib * GIB / total, device)
-    return float(slice_memory_gib)
+    fraction = slice_memory_gib * GIB / total if capped else 1.0
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    return float(slice_memory_gib) if capped else None
 
 
 def check_slice_cap(device: torch.device, slice_memory_gib: float) -> bool:

@@ -41,6 +41,25 @@ def test_slice_cap_needs_cuda_and_a_positive_size():
         dev.apply_slice_cap(torch.device("cpu"), -1)
 
 
+def test_the_cap_is_reset_for_an_uncapped_run_and_the_cache_emptied_first(monkeypatch):
+    """The per-process fraction outlives a run: the CUDA calls are recorded (no GPU here) to
+    show a capped run sets it after emptying the cache and an uncapped one sets it back to 1."""
+    calls: list[tuple] = []
+    total = 100 * 1024**3
+
+    class Props:
+        total_memory = total
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _d: Props())
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(("empty_cache",)))
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
+                        lambda f, _d: calls.append(("fraction", f)))
+    cuda = torch.device("cuda:0")
+    assert dev.apply_slice_cap(cuda, 25) == 25
+    assert dev.apply_slice_cap(cuda, 0) is None
+    assert calls == [("empty_cache",), ("fraction", 0.25), ("empty_cache",), ("fraction", 1.0)]
+
+
 def test_smoke_on_cpu_checks_the_product_and_prints_the_seed_lines():
     result = smoke.run_smoke(device="cpu", matmul_size=256, iterations=2)
     assert result.ok

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
+from draslice.trainer import device as dev
 from draslice.trainer import loglines
 from draslice.trainer.errors import SliceOutOfMemory
 from draslice.trainer.sft import SFTConfig, train
@@ -27,6 +29,19 @@ def test_out_of_memory_inside_the_slice_is_one_clear_message(tmp_path):
     with pytest.raises(SliceOutOfMemory, match=r"the slice has 0\.01 GiB .* bigger profile"):
         train(SFTConfig(slice_memory_gib=0.01), tmp_path / "a", tmp_path / "m.jsonl",
               log=lambda _line: None)
+
+
+def test_a_run_without_a_cap_after_a_capped_one_gets_the_whole_device_back(tmp_path):
+    """The cap is a process-wide setting: the uncapped run must not inherit the 0.01 GiB."""
+    with pytest.raises(SliceOutOfMemory):
+        train(SFTConfig(slice_memory_gib=0.01), tmp_path / "a", tmp_path / "a.jsonl",
+              log=lambda _line: None)
+    result = train(SFTConfig(steps=5), tmp_path / "b", tmp_path / "b.jsonl",
+                   log=lambda _line: None)
+    assert result.slice_total_mem_gib > 1
+    block = torch.empty(256 * 1024**2, dtype=torch.uint8, device="cuda")  # 0.25 GiB
+    del block
+    assert dev.apply_slice_cap(torch.device("cuda"), 0) is None
 
 
 def test_cuda_graph_compile_trains_like_eager_on_the_gpu(tmp_path):
