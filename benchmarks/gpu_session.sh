@@ -28,7 +28,10 @@ if ! compgen -G "$root/$wheels/draslice-*.whl" > /dev/null; then
     exit 2
 fi
 mkdir -p "$out"
+# A fresh folder each call: on a machine kept warm between calls, pip --target would keep the
+# draslice of the previous call (it does not replace a package already there).
 site=/tmp/draslice-$part
+rm -rf "$site"
 if [ "$part" = tests ]; then   # draslice with its kfp/preflight dependencies the host lacks
     python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$root/$wheels"/*.whl
     # bitsandbytes (the QLoRA GPU test) when a `fit` call on the same warm machine left it

@@ -112,6 +112,8 @@ def apply_slice_cap(device: torch.device, slice_memory_gib: float) -> float | No
     capped = check_slice_cap(device, slice_memory_gib)
     if device.type != "cuda":
         return None
+    if device.index is None:  # the fraction is per device: "cuda" means the current one
+        device = torch.device("cuda", torch.cuda.current_device())
     torch.cuda.empty_cache()
     total = torch.cuda.get_device_properties(device).total_memory
     fraction = slice_memory_gib * GIB / total if capped else 1.0

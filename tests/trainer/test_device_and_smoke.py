@@ -52,12 +52,13 @@ def test_the_cap_is_reset_for_an_uncapped_run_and_the_cache_emptied_first(monkey
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _d: Props())
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(("empty_cache",)))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
-                        lambda f, _d: calls.append(("fraction", f)))
-    cuda = torch.device("cuda:0")
-    assert dev.apply_slice_cap(cuda, 25) == 25
-    assert dev.apply_slice_cap(cuda, 0) is None
-    assert calls == [("empty_cache",), ("fraction", 0.25), ("empty_cache",), ("fraction", 1.0)]
+                        lambda f, d: calls.append(("fraction", f, str(d))))
+    assert dev.apply_slice_cap(torch.device("cuda:0"), 25) == 25
+    assert dev.apply_slice_cap(torch.device("cuda"), 0) is None  # no index: the current one
+    assert calls == [("empty_cache",), ("fraction", 0.25, "cuda:0"),
+                     ("empty_cache",), ("fraction", 1.0, "cuda:1")]
 
 
 def test_smoke_on_cpu_checks_the_product_and_prints_the_seed_lines():
