@@ -23,7 +23,8 @@ headroom (what ``draslice advise`` recommends by) and the device-level peak seen
 (``cudaMemGetInfo``: it includes the CUDA context, which a real MIG slice also pays for).
 
 ``--smoke`` runs the same code paths on the CPU with the ``tiny-llama`` preset and no cap (a
-cap needs CUDA; 4-bit loading too): it proves the plumbing, it measures nothing about fit.
+cap needs CUDA; the 7B case still loads its base in 4 bits, which bitsandbytes >= 0.50 does on
+the CPU): it proves the plumbing, it measures nothing about fit.
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ def case_for(name: str, smoke: bool) -> FitCase:
     case = CASES[name]
     if not smoke:
         return case
-    # No cap and no 4-bit on a CPU: both need CUDA. Same calls, tiny model.
-    return replace(case, preset="tiny-llama", slice_memory_gib=0.0, load_in_4bit=False,
+    # No cap on a CPU (it needs CUDA); 4-bit stays. Same calls, tiny model.
+    return replace(case, preset="tiny-llama", slice_memory_gib=0.0,
                    approx_params=1e6, min_seconds=5, max_length=64, steps=3, smoke=True)
 
 
@@ -271,10 +272,16 @@ def run_case(case: FitCase, device: str, deadline: float, work: Path) -> dict:
         shutil.rmtree(home, ignore_errors=True)
 
 
+def _weights(record: dict) -> str:
+    if record["load_in_4bit"]:
+        return "bf16 compute" + (" (smoke)" if record["smoke"] else "")
+    return "fp32 weights (smoke)" if record["smoke"] else "bf16 weights"
+
+
 def report(record: dict) -> str:
     head = (f"fit {record['case']} ({record['preset']}, "
             f"{'4-bit QLoRA' if record['load_in_4bit'] else 'LoRA'}, "
-            f"{'fp32 weights (smoke)' if record['smoke'] else 'bf16 weights'}, "
+            f"{_weights(record)}, "
             f"grad checkpointing, batch {record['batch_size']} x {record['max_length']} tokens) "
             + (f"standing in for {record['profile']}" if record["smoke"] else
                f"in {record['profile']} = {record['slice_memory_gib']} GiB")

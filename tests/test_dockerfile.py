@@ -35,5 +35,16 @@ def test_nothing_is_fetched_at_run_time():
     env = DOCKERFILE[DOCKERFILE.index("ENV "):]
     for var in ("HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "PIP_NO_INDEX=1"):
         assert var in env
-    assert "pip install --no-cache-dir /wheels/draslice-" in DOCKERFILE
+    assert 'pip install --no-cache-dir "$(ls /wheels/draslice-*.whl)[qlora]"' in DOCKERFILE
+
+
+def test_the_image_can_run_qlora():
+    """The finetune pipeline's load_in_4bit needs bitsandbytes in the image: the qlora extra
+    is installed and its import is checked while building."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert any(r.startswith("bitsandbytes")
+               for r in pyproject["project"]["optional-dependencies"]["qlora"])
+    assert "[qlora]" in DOCKERFILE
+    (check,) = [i for i in INSTRUCTIONS if "python -c" in i]
+    assert "bitsandbytes" in check
     assert "ADD http" not in DOCKERFILE and "curl" not in DOCKERFILE

@@ -61,7 +61,7 @@ def knobs_to_try(cfg) -> list[Knob]:
                           {"batch_size": half}))
     if real and not cfg.load_in_4bit:
         knobs.append(Knob("--load-in-4bit", "QLoRA: a 4-bit base, about a quarter of bf16; "
-                          "needs bitsandbytes and CUDA", {"load_in_4bit": True}))
+                          "needs bitsandbytes", {"load_in_4bit": True}))
     if real and cfg.max_length > 64:
         half = cfg.max_length // 2
         knobs.append(Knob(f"--max-length {half}", "shorter sequences; cuts long examples",

@@ -195,7 +195,9 @@ def load_pretrained(
     path = check_model_dir(model_dir)
     kwargs: dict = {"local_files_only": True, "dtype": dtype}
     if load_in_4bit:
-        kwargs.update(quantization_config=qlora_config(device), device_map={"": device.index or 0})
+        on_cuda = device is not None and device.type == "cuda"
+        place = (device.index or 0) if on_cuda else "cpu"
+        kwargs.update(quantization_config=qlora_config(), device_map={"": place})
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except (OSError, ValueError, KeyError) as err:
@@ -205,19 +207,19 @@ def load_pretrained(
     return model
 
 
-def qlora_config(device: torch.device | None):
-    """4-bit NF4 with bf16 compute and double quantisation (the QLoRA paper's recipe)."""
-    if device is None or device.type != "cuda":
-        raise MissingDependency(
-            "load_in_4bit (QLoRA) needs a CUDA device: bitsandbytes' 4-bit kernels run on the "
-            "GPU; this run is on the CPU"
-        )
+def qlora_config():
+    """4-bit NF4 with bf16 compute and double quantisation (the QLoRA paper's recipe).
+
+    On a GPU or the CPU: bitsandbytes 0.50 (the ``qlora`` extra's floor) runs 4-bit layers on
+    CPU tensors too, so a QLoRA run can be tried on a laptop and its adapter checked by the
+    pipeline's CPU validate step.
+    """
     try:
         import bitsandbytes  # noqa: F401
-    except ImportError as err:
+    except Exception as err:  # ImportError, or its native library failing to load
         raise MissingDependency(
-            "load_in_4bit (QLoRA) needs bitsandbytes: pip install bitsandbytes "
-            "(or drop --load-in-4bit and use --bf16-weights)"
+            "load_in_4bit (QLoRA) needs bitsandbytes: pip install 'draslice[qlora]' "
+            f"(or drop --load-in-4bit and use --bf16-weights); importing it failed: {err}"
         ) from err
     from transformers import BitsAndBytesConfig
 

@@ -18,7 +18,7 @@ import torch
 from peft import PeftModel
 
 from draslice.trainer import budget, loglines
-from draslice.trainer.errors import DrasliceError, InvalidParameter
+from draslice.trainer.errors import DrasliceError, InvalidParameter, MissingDependency
 from draslice.trainer.model import build_base, load_pretrained
 from draslice.trainer.sft import ADAPTER_DIR, REFERENCE_FILE, RUN_FILE, SFTConfig, loss_drop
 
@@ -98,10 +98,10 @@ def check_adapter(model_dir: str | Path) -> tuple[Check, dict]:
             return Check("adapter", False, f"{model_dir / needed} is missing"), {}
     cfg = SFTConfig.from_dict(json.loads((model_dir / RUN_FILE).read_text())["config"])
     ref = torch.load(model_dir / REFERENCE_FILE, map_location="cpu", weights_only=True)
-    if cfg.load_in_4bit and not torch.cuda.is_available():
-        return Check("adapter", True, "not checked here: the base was trained in 4 bits "
-                     "(QLoRA), and reloading it needs a CUDA device"), {}
-    base = _rebuild_base(cfg).eval()
+    try:
+        base = _rebuild_base(cfg).eval()
+    except MissingDependency as err:  # a QLoRA base without bitsandbytes here
+        return Check("adapter", False, f"cannot reload the base here: {err}"), {}
     device = next(base.parameters()).device
     ref = {k: v.to(device) for k, v in ref.items()}
     with torch.no_grad():
@@ -138,8 +138,9 @@ def _rebuild_base(cfg: SFTConfig) -> torch.nn.Module:
     if cfg.synthetic:
         return build_base(cfg.shape, cfg.seed)
     if cfg.load_in_4bit:
+        device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
         return load_pretrained(cfg.model_dir, dtype=torch.bfloat16, load_in_4bit=True,
-                               device=torch.device("cuda:0"))
+                               device=device)
     dtype = torch.bfloat16 if cfg.bf16_weights else torch.float32
     return load_pretrained(cfg.model_dir, dtype=dtype)
 

@@ -70,7 +70,7 @@ def finetune(
         eval_fraction: Fraction held out for the eval loss.
         gradient_checkpointing: Recompute activations in backward (less memory).
         bf16_weights: Keep the frozen base in bf16.
-        load_in_4bit: QLoRA: a 4-bit base through bitsandbytes (CUDA).
+        load_in_4bit: QLoRA: a 4-bit NF4 base through bitsandbytes (in the trainer image).
         lora_r: LoRA rank.
         lora_alpha: LoRA scaling numerator.
         lora_targets: ``auto`` (per architecture) or comma-separated module names.

@@ -55,7 +55,8 @@ def smoke(device: str, matmul_size: int, slice_memory_gib: float, as_json: bool)
               help="Recompute activations in backward: less memory, ~30% slower.")
 @click.option("--bf16-weights", is_flag=True, help="Keep the frozen base in bf16 (half of fp32).")
 @click.option("--load-in-4bit", is_flag=True,
-              help="QLoRA: a 4-bit NF4 base through bitsandbytes (CUDA only).")
+              help="QLoRA: a 4-bit NF4 base through bitsandbytes (pip install 'draslice[qlora]'; "
+                   "GPU or CPU).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--precision", default="auto", show_default=True, help="auto, bf16 or fp32.")
 @click.option("--slice-memory-gib", type=float, default=0.0, show_default=True,
