@@ -1,5 +1,5 @@
 """The main pipeline, ``preflight -> smoke -> sft -> validate -> gate``, its canary, and
-``finetune``: the same flow on a user's model and data from a PVC.
+``finetune``: the same flow on a user's model (from a PVC or a Model artifact) and data.
 
 The claim template and claim mode are fixed when compiling (pod labels and platform specs are
 static in KFP), so each is a factory that returns a pipeline for one template and mode. Only
@@ -22,8 +22,17 @@ from draslice.components.sft import sft
 from draslice.components.smoke import smoke
 from draslice.components.validate import validate
 from draslice.pipelines.claim import ClaimMode, bind_claim
+from draslice.trainer.errors import InvalidParameter
 
 DEFAULT_TEMPLATE = "mig-1g-6gb"
+MODEL_SOURCES = ("pvc", "artifact")  # where the finetune pipeline's base model comes from
+# The finetune pipeline's parameters that go to the finetune component under the same name.
+FINETUNE_PARAMS = (
+    "data_format", "max_length", "pack", "eval_fraction", "gradient_checkpointing",
+    "bf16_weights", "load_in_4bit", "lora_r", "lora_alpha", "lora_targets", "batch_size",
+    "steps", "learning_rate", "lr_schedule", "warmup_steps", "checkpoint_every", "merge",
+    "seed", "device", "precision", "slice_memory_gib", "compile_mode",
+)
 DEFAULT_PVC = "draslice-data"
 DEFAULT_MOUNT = "/data"
 READY = "ready"
@@ -146,26 +155,106 @@ def build_finetune_pipeline(
     pvc_name: str = DEFAULT_PVC,
     mount_path: str = DEFAULT_MOUNT,
     kueue_queue: str | None = None,
+    model_source: str = "pvc",
 ) -> Callable:
-    """Fine-tune a model from the PVC ``pvc_name`` on data from it, in a slice of ``template``.
+    """Fine-tune a model on data from the PVC ``pvc_name``, in a slice of ``template``.
 
-    The PVC (model directory, data, checkpoints) is mounted at ``mount_path`` on the
-    fine-tune task and on validate, which reloads the base to check the adapter. Checkpoints
-    live on the PVC under the run id, so a retried task resumes.
+    ``model_source`` says where the base model comes from: ``pvc`` (a directory on the same
+    PVC, the ``model_dir`` parameter) or ``artifact`` (a Model artifact imported from the
+    ``base_model_uri`` parameter: ``s3://``, ``gs://``, ``minio://``, an ``oci://`` model
+    image, or the URI of another run's model output). The PVC (data, checkpoints, and the
+    model when it lives there) is mounted at ``mount_path`` on the fine-tune task and on
+    validate, which reloads the base to check the adapter. Checkpoints live on the PVC under
+    the run id, so a retried task resumes.
     """
     validate_template_name(template)
     mode = ClaimMode.parse(mode)
-
-    @dsl.pipeline(
-        name=pipeline_name("finetune", template, mode),
-        description=(
-            f"LoRA/QLoRA fine-tune of a model on PVC {pvc_name} (mounted at {mount_path}) on a "
-            f"DRA GPU slice (claim template {template}, claim mode {mode.value}): preflight, "
-            "smoke matmul, fine-tune, validate."
-        ),
+    if model_source not in MODEL_SOURCES:
+        raise InvalidParameter("model_source", model_source,
+                               f"must be one of {', '.join(MODEL_SOURCES)}")
+    kind = "finetune" if model_source == "pvc" else "finetune-artifact"
+    what = (f"a model on PVC {pvc_name}" if model_source == "pvc"
+            else f"a model imported as a Model artifact, on data from PVC {pvc_name}")
+    description = (
+        f"LoRA/QLoRA fine-tune of {what} (mounted at {mount_path}) on a DRA GPU slice "
+        f"(claim template {template}, claim mode {mode.value}): preflight, smoke matmul, "
+        "fine-tune, validate."
     )
-    def slice_finetune(
-        model_dir: str = "models/base",
+
+    def flow(base: dict, p: dict) -> None:
+        """The steps both variants share; ``base`` is how the base model reaches the tasks
+        (``model_dir`` or ``base_model``), ``p`` the pipeline's parameters."""
+        pre = _checks(template, p["on_missing_dra"], p["preflight_source"])
+        with dsl.If(pre.outputs["decision"] == READY, name="slice-available"):
+            smoke_task = _smoke(template, mode, p["device"], p["slice_memory_gib"], kueue_queue)
+            train = finetune(
+                **base, data=p["data"], mount_path=mount_path,
+                checkpoint_root=p["checkpoint_dir"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                **{k: p[k] for k in FINETUNE_PARAMS},
+            ).after(smoke_task)
+            train.set_display_name("fine-tune")
+            train.set_caching_options(False)  # the data on the PVC can change under one name
+            kubernetes.mount_pvc(train, pvc_name=pvc_name, mount_path=mount_path)
+            bind_claim(train, template, mode, kueue_queue=kueue_queue)  # last: see bind_claim
+            check = validate(
+                adapter=train.outputs["adapter"],
+                train_log=train.outputs["train_log"],
+                slice_total_mem_gib=train.outputs["slice_total_mem_gib"],
+                peak_mem_gib=train.outputs["peak_mem_gib"],
+                device_json=train.outputs["device_json"],
+                claim_template=template,
+                claim_mode=mode.value,
+                memory_headroom=p["memory_headroom"],
+                min_loss_drop=p["min_loss_drop"],
+                **({"base_model": base["base_model"]} if "base_model" in base else {}),
+            )
+            kubernetes.mount_pvc(check, pvc_name=pvc_name, mount_path=mount_path)
+            gate(verdict=check.outputs["verdict"], passed=check.outputs["passed"])
+
+    # KFP reads a pipeline's parameters from its signature, so the two variants spell theirs
+    # out; only the first parameter differs.
+    if model_source == "pvc":
+
+        @dsl.pipeline(name=pipeline_name(kind, template, mode), description=description)
+        def slice_finetune(
+            model_dir: str = "models/base",
+            data: str = "data/train.jsonl",
+            data_format: str = "auto",
+            max_length: int = 512,
+            pack: bool = False,
+            eval_fraction: float = 0.05,
+            gradient_checkpointing: bool = False,
+            bf16_weights: bool = True,
+            load_in_4bit: bool = False,
+            lora_r: int = 16,
+            lora_alpha: int = 32,
+            lora_targets: str = "auto",
+            batch_size: int = 8,
+            steps: int = 200,
+            learning_rate: float = 2e-4,
+            lr_schedule: str = "cosine",
+            warmup_steps: int = 10,
+            checkpoint_every: int = 50,
+            checkpoint_dir: str = "checkpoints",
+            merge: bool = False,
+            seed: int = 0,
+            on_missing_dra: str = "skip",
+            preflight_source: str = "auto",
+            device: str = "auto",
+            precision: str = "auto",
+            slice_memory_gib: float = 0.0,
+            memory_headroom: float = 0.1,
+            min_loss_drop: float = 0.05,
+            compile_mode: str = "off",
+        ):
+            params = dict(locals())
+            flow({"model_dir": params.pop("model_dir")}, params)
+
+        return slice_finetune
+
+    @dsl.pipeline(name=pipeline_name(kind, template, mode), description=description)
+    def slice_finetune_artifact(
+        base_model_uri: str,
         data: str = "data/train.jsonl",
         data_format: str = "auto",
         max_length: int = 512,
@@ -195,38 +284,10 @@ def build_finetune_pipeline(
         min_loss_drop: float = 0.05,
         compile_mode: str = "off",
     ):
-        pre = _checks(template, on_missing_dra, preflight_source)
-        with dsl.If(pre.outputs["decision"] == READY, name="slice-available"):
-            smoke_task = _smoke(template, mode, device, slice_memory_gib, kueue_queue)
-            train = finetune(
-                model_dir=model_dir, data=data, mount_path=mount_path,
-                checkpoint_root=checkpoint_dir, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                data_format=data_format,
-                max_length=max_length, pack=pack, eval_fraction=eval_fraction,
-                gradient_checkpointing=gradient_checkpointing, bf16_weights=bf16_weights,
-                load_in_4bit=load_in_4bit, lora_r=lora_r, lora_alpha=lora_alpha,
-                lora_targets=lora_targets, batch_size=batch_size, steps=steps,
-                learning_rate=learning_rate, lr_schedule=lr_schedule,
-                warmup_steps=warmup_steps, checkpoint_every=checkpoint_every, merge=merge,
-                seed=seed, device=device, precision=precision,
-                slice_memory_gib=slice_memory_gib, compile_mode=compile_mode,
-            ).after(smoke_task)
-            train.set_display_name("fine-tune")
-            train.set_caching_options(False)  # the data on the PVC can change under one name
-            kubernetes.mount_pvc(train, pvc_name=pvc_name, mount_path=mount_path)
-            bind_claim(train, template, mode, kueue_queue=kueue_queue)  # last: see bind_claim
-            check = validate(
-                adapter=train.outputs["adapter"],
-                train_log=train.outputs["train_log"],
-                slice_total_mem_gib=train.outputs["slice_total_mem_gib"],
-                peak_mem_gib=train.outputs["peak_mem_gib"],
-                device_json=train.outputs["device_json"],
-                claim_template=template,
-                claim_mode=mode.value,
-                memory_headroom=memory_headroom,
-                min_loss_drop=min_loss_drop,
-            )
-            kubernetes.mount_pvc(check, pvc_name=pvc_name, mount_path=mount_path)
-            gate(verdict=check.outputs["verdict"], passed=check.outputs["passed"])
+        params = dict(locals())
+        base = dsl.importer(artifact_uri=params.pop("base_model_uri"), artifact_class=dsl.Model,
+                           reimport=False)
+        base.set_display_name("base model")
+        flow({"base_model": base.output}, params)
 
-    return slice_finetune
+    return slice_finetune_artifact

@@ -26,20 +26,23 @@ GPU_EXECUTORS = {
     "sft": ("exec-smoke", "exec-sft"),
     "canary": ("exec-smoke",),
     "finetune": ("exec-smoke", "exec-finetune"),
+    "finetune-artifact": ("exec-smoke", "exec-finetune"),
 }
 BUILDERS = {
     "sft": build_sft_pipeline,
     "canary": build_canary_pipeline,
-    "finetune": build_finetune_pipeline,
 }
+# The finetune kinds and where each takes its base model from (build_finetune_pipeline).
+FINETUNE_KINDS = {"finetune": "pvc", "finetune-artifact": "artifact"}
+KINDS = (*BUILDERS, *FINETUNE_KINDS)
 
 
 @dataclass(frozen=True)
 class Variant:
-    kind: str  # "sft", "canary" or "finetune"
+    kind: str  # one of KINDS
     template: str
     mode: ClaimMode
-    pvc_name: str = DEFAULT_PVC  # finetune only: the model/data volume, fixed at compile time
+    pvc_name: str = DEFAULT_PVC  # finetune kinds only: the data volume, fixed at compile time
     mount_path: str = DEFAULT_MOUNT
     kueue_queue: str | None = None  # never set for the committed compiled/ files
 
@@ -48,16 +51,17 @@ class Variant:
         return f"{self.kind}.{self.mode.value}.{self.template}.yaml"
 
     def build(self) -> Callable:
-        if self.kind == "finetune":
+        if self.kind in FINETUNE_KINDS:
             return build_finetune_pipeline(self.template, self.mode, self.pvc_name,
-                                           self.mount_path, self.kueue_queue)
+                                           self.mount_path, self.kueue_queue,
+                                           model_source=FINETUNE_KINDS[self.kind])
         return BUILDERS[self.kind](self.template, self.mode, self.kueue_queue)
 
 
 VARIANTS = (
     *(Variant("sft", t, m) for m in ClaimMode for t in TEMPLATES),
     *(Variant("canary", t, ClaimMode.POLICY) for t in TEMPLATES),
-    *(Variant("finetune", t, m) for m in ClaimMode for t in TEMPLATES),
+    *(Variant(k, t, m) for k in FINETUNE_KINDS for m in ClaimMode for t in TEMPLATES),
 )
 
 

@@ -11,7 +11,7 @@ Checks, each able to fail:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -91,12 +91,20 @@ def check_learning(losses: list[float], min_loss_drop: float) -> tuple[Check, di
                                        "loss_drop": drop}
 
 
-def check_adapter(model_dir: str | Path) -> tuple[Check, dict]:
+def check_adapter(model_dir: str | Path,
+                  base_model_dir: str | Path | None = None) -> tuple[Check, dict]:
+    """Reload the adapter onto a fresh base and compare logits with the trained model's.
+
+    ``base_model_dir`` replaces the base directory the run recorded (a Model artifact is
+    found at another path in the validating pod than in the training one).
+    """
     model_dir = Path(model_dir)
     for needed in (RUN_FILE, REFERENCE_FILE, ADAPTER_DIR):
         if not (model_dir / needed).exists():
             return Check("adapter", False, f"{model_dir / needed} is missing"), {}
     cfg = SFTConfig.from_dict(json.loads((model_dir / RUN_FILE).read_text())["config"])
+    if base_model_dir is not None:
+        cfg = replace(cfg, model_dir=str(base_model_dir))
     ref = torch.load(model_dir / REFERENCE_FILE, map_location="cpu", weights_only=True)
     try:
         base = _rebuild_base(cfg).eval()
@@ -152,6 +160,7 @@ def validate(
     peak_mem_gib: float,
     memory_headroom: float = budget.DEFAULT_HEADROOM,
     min_loss_drop: float = 0.3,
+    base_model_dir: str | Path | None = None,
 ) -> Verdict:
     budget.check_headroom(memory_headroom)
     if not 0.0 <= min_loss_drop < 1.0:
@@ -160,7 +169,7 @@ def validate(
         raise InvalidParameter("slice_total_mem_gib", slice_total_mem_gib, "must be > 0")
     memory = check_memory(peak_mem_gib, slice_total_mem_gib, memory_headroom)
     learning, learn_figures = check_learning(read_losses(metrics_path), min_loss_drop)
-    adapter, adapter_figures = check_adapter(model_dir)
+    adapter, adapter_figures = check_adapter(model_dir, base_model_dir)
     checks = [memory, learning, adapter]
     figures = {
         "peak_mem_gib": peak_mem_gib,

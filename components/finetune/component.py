@@ -1,9 +1,10 @@
-"""Fine-tune: LoRA/QLoRA on a model and dataset from a PVC, inside the claimed slice."""
+"""Fine-tune: LoRA/QLoRA on a model (PVC or Model artifact) and data from a PVC, inside the
+claimed slice."""
 
 from typing import NamedTuple
 
 from kfp import dsl
-from kfp.dsl import Artifact, Metrics, Model, Output
+from kfp.dsl import Artifact, Input, Metrics, Model, Output
 
 from draslice.components.image import TRAINER_IMAGE
 
@@ -13,8 +14,9 @@ def finetune(
     adapter: Output[Model],
     train_log: Output[Artifact],
     metrics: Output[Metrics],
-    model_dir: str,
     data: str,
+    model_dir: str = "",
+    base_model: Input[Model] = None,
     mount_path: str = "/data",
     checkpoint_root: str = "checkpoints",
     run_id: str = "local",
@@ -48,9 +50,12 @@ def finetune(
     loss_drop=float,
     device_json=str,
 ):
-    """Fine-tunes a LoRA adapter on a Hugging Face model and dataset read from a volume.
+    """Fine-tunes a LoRA adapter on a Hugging Face model and a dataset read from a volume.
 
-    Relative paths are taken under ``mount_path`` (where the pipeline mounts the PVC).
+    The base model is a directory on the volume (``model_dir``) or a Model artifact
+    (``base_model``: imported from object storage or an OCI model image, or the output of
+    another pipeline), never both. Relative paths are taken under ``mount_path`` (where the
+    pipeline mounts the PVC).
     Checkpoints go to the volume too (``checkpoint_root/run_id``), so a retried or preempted
     task resumes from the last one instead of starting over.
 
@@ -59,8 +64,11 @@ def finetune(
             ``merge`` is set.
         train_log: Per-step metrics as JSON lines (loss, eval loss, tokens/s, memory).
         metrics: Scalars for the KFP UI.
-        model_dir: Base model directory in Hugging Face format (with its tokenizer).
         data: JSONL (prompt/completion or chat messages) or a saved ``datasets`` directory.
+        model_dir: Base model directory in Hugging Face format (with its tokenizer), on the
+            volume; empty when ``base_model`` is given.
+        base_model: The base model as a Model artifact (a Hugging Face directory with its
+            tokenizer); the alternative to ``model_dir``.
         mount_path: Where the model/data volume is mounted.
         checkpoint_root: Checkpoint folder (relative: under ``mount_path``).
         run_id: Sub-folder per run; the pipeline passes its run id.
@@ -100,13 +108,20 @@ def finetune(
     import os
     from collections import namedtuple
 
+    from draslice.trainer.errors import InvalidParameter
     from draslice.trainer.sft import SFTConfig, train
 
     def under_mount(path: str) -> str:
         return path if os.path.isabs(path) else os.path.join(mount_path, path)
 
+    if (base_model is None) == (not model_dir):
+        raise InvalidParameter(
+            "model_dir", model_dir,
+            "give the base model once: a directory on the volume (model_dir) or a Model "
+            "artifact (base_model), not " + ("both" if model_dir else "neither"))
+    base_dir = base_model.path if base_model is not None else under_mount(model_dir)
     cfg = SFTConfig(
-        model_dir=under_mount(model_dir), data=under_mount(data), data_format=data_format,
+        model_dir=base_dir, data=under_mount(data), data_format=data_format,
         max_length=max_length, pack=pack, eval_fraction=eval_fraction,
         gradient_checkpointing=gradient_checkpointing, bf16_weights=bf16_weights,
         load_in_4bit=load_in_4bit, lora_r=lora_r, lora_alpha=lora_alpha,
@@ -119,7 +134,8 @@ def finetune(
     )
     os.makedirs(adapter.path, exist_ok=True)
     result = train(cfg, output_dir=adapter.path, metrics_path=train_log.path)
-    adapter.metadata.update({"framework": "peft", "base_model": cfg.model_dir,
+    adapter.metadata.update({"framework": "peft",
+                             "base_model": base_model.uri if base_model else cfg.model_dir,
                              "lora_r": lora_r, "lora_targets": result.lora_targets,
                              "merged": bool(result.merged_dir)})
     for name in ("peak_mem_gib", "slice_total_mem_gib", "loss_drop", "initial_loss",

@@ -22,6 +22,7 @@ def validate(
     summary: Output[Markdown],
     memory_headroom: float = 0.1,
     min_loss_drop: float = 0.3,
+    base_model: Input[Model] = None,
 ) -> NamedTuple("ValidateOutputs", verdict=str, passed=bool):
     """Checks memory, learning and the adapter; writes the report. Never fails the step on
     a FAIL verdict (the report must still reach the UI): the pipeline's gate does that.
@@ -42,6 +43,9 @@ def validate(
         summary: Markdown summary with the verdict and its reasons.
         memory_headroom: Fraction of the slice kept free (CUDA context, workspaces).
         min_loss_drop: Fraction by which the loss must have fallen.
+        base_model: The base model artifact the adapter was trained on, when it came as one
+            (its local path differs from pod to pod); otherwise the base is reloaded from the
+            directory the run recorded.
 
     Returns:
         verdict: ``PASS`` or ``FAIL`` followed by one reason per check.
@@ -61,6 +65,7 @@ def validate(
         peak_mem_gib=peak_mem_gib,
         memory_headroom=memory_headroom,
         min_loss_drop=min_loss_drop,
+        base_model_dir=base_model.path if base_model is not None else None,
     )
     device = json.loads(device_json)
     claim = {"template": claim_template, "mode": claim_mode}

@@ -21,14 +21,17 @@ COMMITTED_DIR = "compiled"
               show_default=True,
               help="With --template: policy (pod label + admission policy, any KFP 2.x) or "
                    "native (podResourceClaims, KFP backends with kubeflow/pipelines#14243).")
-@click.option("--kind", type=click.Choice(["sft", "canary", "finetune"]), default="sft",
-              show_default=True,
-              help="With --template: the synthetic SFT pipeline, the preflight+smoke canary, or "
-                   "finetune (your model and data from a PVC).")
+@click.option("--kind", type=click.Choice(["sft", "canary", "finetune", "finetune-artifact"]),
+              default="sft", show_default=True,
+              help="With --template: the synthetic SFT pipeline, the preflight+smoke canary, "
+                   "finetune (your model and data from a PVC), or finetune-artifact (the model "
+                   "imported as a Model artifact from a URI: s3://, gs://, minio://, oci://; the "
+                   "data from the PVC).")
 @click.option("--pvc", "pvc_name", default="draslice-data", show_default=True,
-              help="With --kind finetune: the PersistentVolumeClaim holding models and data.")
+              help="With a finetune kind: the PersistentVolumeClaim holding data, checkpoints "
+                   "(and, for finetune, the model).")
 @click.option("--mount-path", default="/data", show_default=True,
-              help="With --kind finetune: where that PVC is mounted in the tasks.")
+              help="With a finetune kind: where that PVC is mounted in the tasks.")
 @click.option("--kueue-queue", default=None, metavar="NAME",
               help="Label the GPU tasks' pods kueue.x-k8s.io/queue-name=NAME so Kueue admits "
                    "them against that LocalQueue's quota on slices. Needs --out other than "
@@ -40,8 +43,9 @@ def compile_pipelines(
     """Compile the pipelines to KFP YAML (byte-for-byte reproducible).
 
     Without --template it regenerates every file committed under compiled/: the SFT and the
-    finetune pipelines for the mig-1g-6gb and shared-gpu-timeslice templates in policy and
-    native mode (finetune mounts PVC draslice-data at /data), and the canary per template.
+    finetune pipelines (model from the PVC, or imported as a Model artifact) for the
+    mig-1g-6gb and shared-gpu-timeslice templates in policy and native mode (both finetune
+    kinds mount PVC draslice-data at /data), and the canary per template.
     The template name is checked (DNS-1123, at most 63 characters).
 
     \b
@@ -50,6 +54,7 @@ def compile_pipelines(
       draslice compile --template mig-2g-12gb --out my/  # your own template
       draslice compile --template mig-1g-6gb --mode native --kind canary
       draslice compile --template mig-2g-12gb --kind finetune --pvc team-llm --out my/
+      draslice compile --template mig-2g-12gb --kind finetune-artifact --out my/
       draslice compile --kueue-queue gpu-slices --out compiled-kueue/
     """
     from draslice.pipelines.variants import VARIANTS, Variant, compile_all, compile_variant

@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 from kfp import dsl
 
+from draslice.components.finetune import finetune
 from draslice.components.gate import gate
 from draslice.components.preflight import preflight
 from draslice.components.sft import sft
 from draslice.components.smoke import smoke
 from draslice.components.validate import validate
 from draslice.trainer.errors import InvalidParameter, ValidationFailed
+from draslice.trainer.scratch import save_preset, write_demo_data
 
 
 def _artifact(cls, tmp_path, name):
@@ -82,7 +84,7 @@ def test_sft_then_validate_then_gate(tmp_path):
 
 
 def test_components_install_nothing_at_run_time():
-    for component in (preflight, smoke, sft, validate, gate):
+    for component in (preflight, smoke, sft, finetune, validate, gate):
         container = component.component_spec.implementation.container
         command = " ".join(container.command)
         assert "pip install" not in command, component.name
@@ -104,3 +106,53 @@ def test_preflight_rejects_an_unknown_source(tmp_path):
         preflight.python_func(claim_template="mig-1g-6gb", on_missing_dra="skip",
                               report=_artifact(dsl.Markdown, tmp_path, "report"),
                               source=str(tmp_path / "missing.yaml"))
+
+
+def _finetune_outputs(tmp_path):
+    return dict(adapter=_artifact(dsl.Model, tmp_path, "adapter"),
+                train_log=_artifact(dsl.Artifact, tmp_path, "train_log"),
+                metrics=_artifact(dsl.Metrics, tmp_path, "ft_metrics"))
+
+
+@pytest.mark.parametrize("model_dir, with_artifact, word", [("", False, "neither"),
+                                                            ("models/base", True, "both")])
+def test_finetune_takes_its_base_model_from_one_place(tmp_path, model_dir, with_artifact, word):
+    base = _artifact(dsl.Model, tmp_path, "base") if with_artifact else None
+    with pytest.raises(InvalidParameter, match=f"model_dir=.*give the base model once.*not {word}"):
+        finetune.python_func(**_finetune_outputs(tmp_path), data="d.jsonl", model_dir=model_dir,
+                             base_model=base, mount_path=str(tmp_path), device="cpu")
+    assert not (tmp_path / "adapter").exists()  # refused before any work
+
+
+def test_finetune_from_a_model_artifact_then_validate_where_it_lands_elsewhere(tmp_path):
+    """A Model artifact is downloaded to a path of the pod's own (/s3/..., /minio/...): the
+    validate step must reload the base from its own copy, not the path the fine-tune saw."""
+    seen_by_finetune = save_preset("tiny-llama", tmp_path / "pod-a" / "base")
+    write_demo_data(tmp_path / "volume" / "chat.jsonl", "chat", 64)
+    outputs = _finetune_outputs(tmp_path)
+    out = finetune.python_func(
+        **outputs, data="chat.jsonl", mount_path=str(tmp_path / "volume"),
+        base_model=dsl.Model(name="base", uri=str(seen_by_finetune), metadata={}),
+        max_length=64, steps=12, batch_size=8, learning_rate=3e-3, checkpoint_every=0,
+        device="cpu",
+    )
+    assert outputs["adapter"].metadata["base_model"] == str(seen_by_finetune)
+    seen_by_validate = seen_by_finetune.rename(tmp_path / "pod-b")
+
+    def run_validate(base_model):
+        name = "with" if base_model else "without"
+        return validate.python_func(
+            adapter=outputs["adapter"], train_log=outputs["train_log"],
+            slice_total_mem_gib=out.slice_total_mem_gib, peak_mem_gib=out.peak_mem_gib,
+            device_json=out.device_json, claim_template="mig-1g-6gb", claim_mode="policy",
+            metrics=_artifact(dsl.Metrics, tmp_path, f"m-{name}"),
+            report=_artifact(dsl.HTML, tmp_path, f"r-{name}"),
+            summary=_artifact(dsl.Markdown, tmp_path, f"s-{name}"),
+            min_loss_drop=0.02, base_model=base_model,
+        )
+
+    good = run_validate(dsl.Model(name="base", uri=str(seen_by_validate), metadata={}))
+    assert good.passed, good.verdict
+    assert "adapter: reloaded onto a fresh base" in good.verdict
+    with pytest.raises(Exception, match="pod-a"):  # the recorded path is gone in this pod
+        run_validate(None)
