@@ -10,6 +10,7 @@ No ``from __future__ import annotations`` here: kfp reads the pipeline signature
 """
 
 
+import inspect
 from collections.abc import Callable
 
 from kfp import dsl, kubernetes
@@ -25,14 +26,9 @@ from draslice.pipelines.claim import ClaimMode, bind_claim
 from draslice.trainer.errors import InvalidParameter
 
 DEFAULT_TEMPLATE = "mig-1g-6gb"
-MODEL_SOURCES = ("pvc", "artifact")  # where the finetune pipeline's base model comes from
-# The finetune pipeline's parameters that go to the finetune component under the same name.
-FINETUNE_PARAMS = (
-    "data_format", "max_length", "pack", "eval_fraction", "gradient_checkpointing",
-    "bf16_weights", "load_in_4bit", "lora_r", "lora_alpha", "lora_targets", "batch_size",
-    "steps", "learning_rate", "lr_schedule", "warmup_steps", "checkpoint_every", "merge",
-    "seed", "device", "precision", "slice_memory_gib", "compile_mode",
-)
+# Where the finetune pipeline's base model comes from -> the pipeline's kind (its name, and
+# its file stem in compiled/).
+MODEL_SOURCES = {"pvc": "finetune", "artifact": "finetune-artifact"}
 DEFAULT_PVC = "draslice-data"
 DEFAULT_MOUNT = "/data"
 READY = "ready"
@@ -172,7 +168,7 @@ def build_finetune_pipeline(
     if model_source not in MODEL_SOURCES:
         raise InvalidParameter("model_source", model_source,
                                f"must be one of {', '.join(MODEL_SOURCES)}")
-    kind = "finetune" if model_source == "pvc" else "finetune-artifact"
+    kind = MODEL_SOURCES[model_source]
     what = (f"a model on PVC {pvc_name}" if model_source == "pvc"
             else f"a model imported as a Model artifact, on data from PVC {pvc_name}")
     description = (
@@ -187,10 +183,11 @@ def build_finetune_pipeline(
         pre = _checks(template, p["on_missing_dra"], p["preflight_source"])
         with dsl.If(pre.outputs["decision"] == READY, name="slice-available"):
             smoke_task = _smoke(template, mode, p["device"], p["slice_memory_gib"], kueue_queue)
+            # A pipeline parameter named like a finetune input goes to it as it is.
+            same_name = {k: v for k, v in p.items() if k in finetune.component_spec.inputs}
             train = finetune(
-                **base, data=p["data"], mount_path=mount_path,
+                **base, **same_name, mount_path=mount_path,
                 checkpoint_root=p["checkpoint_dir"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                **{k: p[k] for k in FINETUNE_PARAMS},
             ).after(smoke_task)
             train.set_display_name("fine-tune")
             train.set_caching_options(False)  # the data on the PVC can change under one name
@@ -211,83 +208,71 @@ def build_finetune_pipeline(
             kubernetes.mount_pvc(check, pvc_name=pvc_name, mount_path=mount_path)
             gate(verdict=check.outputs["verdict"], passed=check.outputs["passed"])
 
-    # KFP reads a pipeline's parameters from its signature, so the two variants spell theirs
-    # out; only the first parameter differs.
     if model_source == "pvc":
+        first = inspect.Parameter("model_dir", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                  default="models/base", annotation=str)
 
-        @dsl.pipeline(name=pipeline_name(kind, template, mode), description=description)
-        def slice_finetune(
-            model_dir: str = "models/base",
-            data: str = "data/train.jsonl",
-            data_format: str = "auto",
-            max_length: int = 512,
-            pack: bool = False,
-            eval_fraction: float = 0.05,
-            gradient_checkpointing: bool = False,
-            bf16_weights: bool = True,
-            load_in_4bit: bool = False,
-            lora_r: int = 16,
-            lora_alpha: int = 32,
-            lora_targets: str = "auto",
-            batch_size: int = 8,
-            steps: int = 200,
-            learning_rate: float = 2e-4,
-            lr_schedule: str = "cosine",
-            warmup_steps: int = 10,
-            checkpoint_every: int = 50,
-            checkpoint_dir: str = "checkpoints",
-            merge: bool = False,
-            seed: int = 0,
-            on_missing_dra: str = "skip",
-            preflight_source: str = "auto",
-            device: str = "auto",
-            precision: str = "auto",
-            slice_memory_gib: float = 0.0,
-            memory_headroom: float = 0.1,
-            min_loss_drop: float = 0.05,
-            compile_mode: str = "off",
-        ):
-            params = dict(locals())
+        def body(params: dict) -> None:
             flow({"model_dir": params.pop("model_dir")}, params)
+    else:
+        first = inspect.Parameter("base_model_uri", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                  annotation=str)  # required: no model is a sensible default
 
-        return slice_finetune
+        def body(params: dict) -> None:
+            base = dsl.importer(artifact_uri=params.pop("base_model_uri"),
+                                artifact_class=dsl.Model, reimport=False)
+            base.set_display_name("base model")
+            flow({"base_model": base.output}, params)
 
-    @dsl.pipeline(name=pipeline_name(kind, template, mode), description=description)
-    def slice_finetune_artifact(
-        base_model_uri: str,
-        data: str = "data/train.jsonl",
-        data_format: str = "auto",
-        max_length: int = 512,
-        pack: bool = False,
-        eval_fraction: float = 0.05,
-        gradient_checkpointing: bool = False,
-        bf16_weights: bool = True,
-        load_in_4bit: bool = False,
-        lora_r: int = 16,
-        lora_alpha: int = 32,
-        lora_targets: str = "auto",
-        batch_size: int = 8,
-        steps: int = 200,
-        learning_rate: float = 2e-4,
-        lr_schedule: str = "cosine",
-        warmup_steps: int = 10,
-        checkpoint_every: int = 50,
-        checkpoint_dir: str = "checkpoints",
-        merge: bool = False,
-        seed: int = 0,
-        on_missing_dra: str = "skip",
-        preflight_source: str = "auto",
-        device: str = "auto",
-        precision: str = "auto",
-        slice_memory_gib: float = 0.0,
-        memory_headroom: float = 0.1,
-        min_loss_drop: float = 0.05,
-        compile_mode: str = "off",
-    ):
-        params = dict(locals())
-        base = dsl.importer(artifact_uri=params.pop("base_model_uri"), artifact_class=dsl.Model,
-                           reimport=False)
-        base.set_display_name("base model")
-        flow({"base_model": base.output}, params)
+    return dsl.pipeline(name=pipeline_name(kind, template, mode), description=description)(
+        _with_parameters(first, body))
 
-    return slice_finetune_artifact
+
+def _finetune_parameters(
+    data: str = "data/train.jsonl",
+    data_format: str = "auto",
+    max_length: int = 512,
+    pack: bool = False,
+    eval_fraction: float = 0.05,
+    gradient_checkpointing: bool = False,
+    bf16_weights: bool = True,
+    load_in_4bit: bool = False,
+    lora_r: int = 16,
+    lora_alpha: int = 32,
+    lora_targets: str = "auto",
+    batch_size: int = 8,
+    steps: int = 200,
+    learning_rate: float = 2e-4,
+    lr_schedule: str = "cosine",
+    warmup_steps: int = 10,
+    checkpoint_every: int = 50,
+    checkpoint_dir: str = "checkpoints",
+    merge: bool = False,
+    seed: int = 0,
+    on_missing_dra: str = "skip",
+    preflight_source: str = "auto",
+    device: str = "auto",
+    precision: str = "auto",
+    slice_memory_gib: float = 0.0,
+    memory_headroom: float = 0.1,
+    min_loss_drop: float = 0.05,
+    compile_mode: str = "off",
+):
+    """The finetune pipelines' parameters after the base model's own, declared once for both
+    variants (see :func:`_with_parameters`); never called."""
+
+
+def _with_parameters(first: inspect.Parameter, body: Callable[[dict], None]) -> Callable:
+    """A pipeline function whose signature is ``first`` then :func:`_finetune_parameters`'.
+
+    KFP reads a pipeline's parameters from its function's signature and calls it with one
+    channel per parameter, positionally; ``body`` gets them as a dict by name.
+    """
+    shared = inspect.signature(_finetune_parameters).parameters.values()
+    signature = inspect.Signature([first, *shared])
+
+    def pipeline_func(*args, **kwargs):
+        body(dict(signature.bind(*args, **kwargs).arguments))
+
+    pipeline_func.__signature__ = signature
+    return pipeline_func

@@ -16,6 +16,7 @@ from draslice.pipelines.claim import ClaimMode
 from draslice.pipelines.slice_sft import (
     DEFAULT_MOUNT,
     DEFAULT_PVC,
+    MODEL_SOURCES,
     build_canary_pipeline,
     build_finetune_pipeline,
     build_sft_pipeline,
@@ -33,7 +34,7 @@ BUILDERS = {
     "canary": build_canary_pipeline,
 }
 # The finetune kinds and where each takes its base model from (build_finetune_pipeline).
-FINETUNE_KINDS = {"finetune": "pvc", "finetune-artifact": "artifact"}
+FINETUNE_KINDS = {kind: source for source, kind in MODEL_SOURCES.items()}
 KINDS = (*BUILDERS, *FINETUNE_KINDS)
 
 

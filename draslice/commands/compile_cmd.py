@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from draslice.pipelines.claim import ClaimMode
+from draslice.pipelines.variants import KINDS, VARIANTS, Variant, compile_all, compile_variant
 from draslice.trainer.errors import InvalidParameter
 
 COMMITTED_DIR = "compiled"
@@ -21,8 +22,7 @@ COMMITTED_DIR = "compiled"
               show_default=True,
               help="With --template: policy (pod label + admission policy, any KFP 2.x) or "
                    "native (podResourceClaims, KFP backends with kubeflow/pipelines#14243).")
-@click.option("--kind", type=click.Choice(["sft", "canary", "finetune", "finetune-artifact"]),
-              default="sft", show_default=True,
+@click.option("--kind", type=click.Choice(KINDS), default="sft", show_default=True,
               help="With --template: the synthetic SFT pipeline, the preflight+smoke canary, "
                    "finetune (your model and data from a PVC), or finetune-artifact (the model "
                    "imported as a Model artifact from a URI: s3://, gs://, minio://, oci://; the "
@@ -57,8 +57,6 @@ def compile_pipelines(
       draslice compile --template mig-2g-12gb --kind finetune-artifact --out my/
       draslice compile --kueue-queue gpu-slices --out compiled-kueue/
     """
-    from draslice.pipelines.variants import VARIANTS, Variant, compile_all, compile_variant
-
     if kueue_queue is not None:
         from draslice.cluster.manifests.kueue import check_queue_name
 
