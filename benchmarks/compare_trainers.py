@@ -63,8 +63,9 @@ TRAINERS = {
 # The seed's approach is HF Trainer without compilation: the targets are judged against "hf",
 # for each of our variants. The compiled Trainer is there so that compilation alone is seen
 # for what it gives either side (Trainer's own ``torch_compile=True``).
-OURS = ("ours", "ours-compiled", "ours-cudagraphs")
 COMPILE_MODE = {"ours": "off", "ours-compiled": "default", "ours-cudagraphs": "reduce-overhead"}
+OURS = tuple(COMPILE_MODE)
+THEIRS = ("hf", "hf-compiled", "trl")  # what each of ours is compared with
 SMOKE_TRAINERS = ("ours", "hf", "trl")
 STEP_LINE = re.compile(r"'step': (\d+)")
 
@@ -379,7 +380,7 @@ def summarise(cfg: BenchConfig, runs: dict[str, dict], peak_tflops: float | None
         }
     ratios = {}
     for ours in OURS:
-        for other in ("hf", "hf-compiled", "trl"):
+        for other in THEIRS:
             ratios[f"{ours}_vs_{other}_tokens_per_s"] = ratio(ours, other, "tokens_per_s")
             ratios[f"{ours}_vs_{other}_peak_memory"] = ratio(ours, other, "peak_reserved_gib")
     return {
@@ -413,7 +414,7 @@ def report(summary: dict) -> list[str]:
         )
     r = summary["ratios"]
     for ours in OURS:
-        for other in ("hf", "hf-compiled", "trl"):
+        for other in THEIRS:
             speed = r.get(f"{ours}_vs_{other}_tokens_per_s")
             if speed is not None:
                 lines.append(f"{TRAINERS[ours]} / {TRAINERS[other]}: {speed:.2f}x tokens/s, "

@@ -14,7 +14,7 @@ from draslice.components.preflight import preflight
 from draslice.components.sft import sft
 from draslice.components.smoke import smoke
 from draslice.components.validate import validate
-from draslice.trainer.errors import InvalidParameter, ValidationFailed
+from draslice.trainer.errors import InvalidParameter, ModelLoadError, ValidationFailed
 from draslice.trainer.scratch import save_preset, write_demo_data
 
 
@@ -154,5 +154,5 @@ def test_finetune_from_a_model_artifact_then_validate_where_it_lands_elsewhere(t
     good = run_validate(dsl.Model(name="base", uri=str(seen_by_validate), metadata={}))
     assert good.passed, good.verdict
     assert "adapter: reloaded onto a fresh base" in good.verdict
-    with pytest.raises(Exception, match="pod-a"):  # the recorded path is gone in this pod
+    with pytest.raises(ModelLoadError, match="pod-a"):  # the recorded path is gone in this pod
         run_validate(None)
