@@ -42,6 +42,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The repository root too: the random-init model builder is a test helper (tests/scratch.py).
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 from childproc import kill_children_on_term, run_child, write_json  # noqa: E402
 
@@ -105,7 +107,7 @@ def model_home(need_bytes: float, work: Path) -> Path:
 
 
 def child_build(case: FitCase, model_dir: Path, data_path: Path, device: str) -> dict:
-    from draslice.trainer.scratch import save_preset, write_demo_data
+    from tests.scratch import save_preset, write_demo_data
 
     start = time.perf_counter()
     save_preset(case.preset, model_dir, device=device)
@@ -181,9 +183,9 @@ def sft_config(case: FitCase, model_dir: Path, data_path: Path, device: str):
 def child_train(case: FitCase, model_dir: Path, data_path: Path, device: str) -> dict:
     import torch
 
+    from draslice.errors import DrasliceError, SliceOutOfMemory
     from draslice.trainer import budget
     from draslice.trainer import device as dev
-    from draslice.trainer.errors import DrasliceError, SliceOutOfMemory
     from draslice.trainer.sft import train
 
     cfg = sft_config(case, model_dir, data_path, device)

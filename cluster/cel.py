@@ -35,7 +35,7 @@ from cel_expr_python.ext import ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, struct_pb2
 from kubernetes.utils import parse_quantity
 
-from draslice.trainer.errors import DrasliceError, InvalidParameter
+from draslice.errors import DrasliceError, InvalidParameter
 
 # Kubernetes' limit on one selector expression (resource.k8s.io: CELSelectorExpressionMaxLength).
 MAX_EXPRESSION_BYTES = 10 * 1024

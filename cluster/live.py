@@ -18,7 +18,7 @@ import json
 import os
 
 from draslice.cluster.snapshot import Snapshot
-from draslice.trainer.errors import DrasliceError
+from draslice.errors import DrasliceError
 
 GROUP_PATH = "/apis/resource.k8s.io/v1"
 PAGE_SIZE = 500

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from draslice.trainer.errors import InvalidParameter
+from draslice.errors import InvalidParameter
 
 # The pod label that names a GPU task's claim template in ``policy`` mode: set by
 # pipelines/claim.py, read by the admission policy (cluster/manifests/admission.py).

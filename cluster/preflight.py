@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from draslice.cluster.names import validate_template_name
-from draslice.trainer.errors import DrasliceError, InvalidParameter
+from draslice.errors import DrasliceError, InvalidParameter
 
 READY = "ready"
 SKIP = "skip"

@@ -20,7 +20,7 @@ import yaml
 
 from draslice.cluster.resources import Inventory, SliceFormatError, build_inventory
 from draslice.cluster.templates import DRIVER
-from draslice.trainer.errors import DrasliceError
+from draslice.errors import DrasliceError
 
 KINDS = {
     "DeviceClass": "device_classes",

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from draslice.cluster.cel import check_expression
 from draslice.cluster.names import validate_dns_label, validate_template_name
-from draslice.trainer.errors import InvalidParameter
+from draslice.errors import InvalidParameter
 
 DRIVER = "gpu.nvidia.com"
 MIG_CLASS = "mig.nvidia.com"

@@ -20,8 +20,8 @@ import kfp
 from kfp.client.client import KF_PIPELINES_ENDPOINT_ENV
 from kfp.client.set_volume_credentials import ServiceAccountTokenVolumeCredentials
 
+from draslice.errors import InvalidParameter
 from draslice.kfp_ops.errors import api_errors
-from draslice.trainer.errors import InvalidParameter
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from draslice.trainer.errors import InvalidParameter
+from draslice.errors import InvalidParameter
 
 _FIELDS = (
     ("second", 0, 59, None),

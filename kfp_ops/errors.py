@@ -2,7 +2,7 @@
 
 Every call into ``kfp.Client`` goes through :func:`api_errors`, which turns the generated
 client's exceptions (``kfp_server_api.ApiException``, urllib3 connection errors) into
-:class:`~draslice.trainer.errors.DrasliceError` subclasses: the CLI prints ``error: ...`` and
+:class:`~draslice.errors.DrasliceError` subclasses: the CLI prints ``error: ...`` and
 exits with the class's code, and a notebook gets an exception whose text says what to do.
 Server text is cut short and scrubbed of the caller's secrets before it is shown.
 """
@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import kfp_server_api
 import urllib3
 
-from draslice.trainer.errors import DrasliceError
+from draslice.errors import DrasliceError
 
 NATIVE_FIELD = "podResourceClaims"
 _MAX_SERVER_TEXT = 400

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from draslice import __version__
+from draslice.errors import InvalidParameter
 from draslice.kfp_ops.errors import NATIVE_FIELD
-from draslice.trainer.errors import InvalidParameter
 
 DEFAULT_COMPILED_DIR = "compiled"
 DIGEST_CHARS = 12

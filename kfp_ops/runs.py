@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from draslice.errors import InvalidParameter
 from draslice.kfp_ops.connection import KfpSession, quiet_client
 from draslice.kfp_ops.errors import RunNotFinished
 from draslice.kfp_ops.package import InputParam, PipelinePackage, parse_params, read_inputs
-from draslice.trainer.errors import InvalidParameter
 
 DEFAULT_EXPERIMENT = "draslice"
 

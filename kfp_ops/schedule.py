@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from draslice.errors import InvalidParameter
 from draslice.kfp_ops.connection import KfpSession, quiet_client
 from draslice.kfp_ops.cron import to_kfp_cron
 from draslice.kfp_ops.package import PipelinePackage, parse_params
 from draslice.kfp_ops.paging import every, name_filter
 from draslice.kfp_ops.runs import DEFAULT_EXPERIMENT, get_or_create_experiment
 from draslice.kfp_ops.upload import upload
-from draslice.trainer.errors import InvalidParameter
 
 OUR_PREFIX = "draslice-"
 DEFAULT_CRON = "0 2 * * *"  # nightly at 02:00 (the scheduler's time zone, UTC by default)

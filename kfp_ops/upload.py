@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from draslice.errors import InvalidParameter
 from draslice.kfp_ops.connection import KfpSession, quiet_client
 from draslice.kfp_ops.package import PipelinePackage
 from draslice.kfp_ops.paging import every, name_filter
-from draslice.trainer.errors import InvalidParameter
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from kfp.dsl import PipelineTask
 
 from draslice.cluster.manifests.kueue import QUEUE_LABEL, check_queue_name
 from draslice.cluster.names import CLAIM_LABEL, validate_template_name
-from draslice.trainer.errors import InvalidParameter
+from draslice.errors import InvalidParameter
 
 __all__ = ["CLAIM_LABEL", "NATIVE_FIELD", "QUEUE_LABEL", "ClaimMode", "bind_claim"]
 NATIVE_FIELD = "podResourceClaims"

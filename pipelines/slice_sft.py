@@ -22,8 +22,8 @@ from draslice.components.preflight import preflight
 from draslice.components.sft import sft
 from draslice.components.smoke import smoke
 from draslice.components.validate import validate
+from draslice.errors import InvalidParameter
 from draslice.pipelines.claim import ClaimMode, bind_claim
-from draslice.trainer.errors import InvalidParameter
 
 DEFAULT_TEMPLATE = "mig-1g-6gb"
 # Where the finetune pipeline's base model comes from -> the pipeline's kind (its name, and

@@ -71,7 +71,7 @@ def test_compile_one_custom_template(tmp_path):
 
 def test_cli_defaults_match_the_library():
     """The CLI spells its defaults out (to start without importing torch); keep them equal."""
-    from draslice.commands import run_cmd
+    from draslice.cli.commands import run_cmd
     from draslice.pipelines.slice_sft import DEFAULT_TEMPLATE
     from draslice.trainer.budget import DEFAULT_HEADROOM
     from draslice.trainer.model import GPT2_ATTENTION_AND_MLP

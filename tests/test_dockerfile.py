@@ -25,10 +25,12 @@ def test_runs_as_a_non_root_user():
 
 def test_copies_every_package_folder_of_the_distribution():
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    folders = set(pyproject["tool"]["setuptools"]["package-dir"].values())
-    copied = {i.split()[1].rstrip("/") for i in INSTRUCTIONS if i.startswith("COPY ")
-              and "--from" not in i}
-    assert folders <= copied, folders - copied
+    # The root is the package: each subpackage's first folder, and the root's own modules.
+    folders = {p.split(".")[1] for p in pyproject["tool"]["setuptools"]["packages"] if "." in p}
+    root_modules = {p.name for p in REPO.glob("*.py")}
+    copied = {word.rstrip("/") for i in INSTRUCTIONS if i.startswith("COPY ") and "--from" not in i
+              for word in i.split()[1:-1]}
+    assert folders | root_modules <= copied, (folders | root_modules) - copied
 
 
 def test_nothing_is_fetched_at_run_time():

@@ -8,7 +8,7 @@ from draslice.cluster.templates import (
     mig_template_name,
     shared_gpu_claim_template,
 )
-from draslice.trainer.errors import InvalidParameter
+from draslice.errors import InvalidParameter
 
 
 @pytest.mark.parametrize(

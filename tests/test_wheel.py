@@ -30,12 +30,13 @@ def wheel(tmp_path_factory):
 
 def test_wheel_carries_every_package_and_no_tests(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    for needed in ("draslice/cli.py", "draslice/trainer/sft.py",
+    for needed in ("draslice/cli/__init__.py", "draslice/errors.py", "draslice/trainer/sft.py",
                    "draslice/components/smoke/component.py",
                    "draslice/components/sft/component.py",
                    "draslice/pipelines/claim.py", "draslice/cluster/names.py"):
         assert needed in names, needed
-    assert not any(n.startswith("tests/") for n in names)
+    assert not any(n.startswith(("tests/", "draslice/tests/", "draslice/benchmarks/"))
+                   for n in names)
 
 
 def test_component_runs_from_the_installed_wheel(wheel, tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from draslice.trainer.errors import InvalidParameter
+from draslice.errors import InvalidParameter
 
 DEFAULT_HEADROOM = 0.10
 

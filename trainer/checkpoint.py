@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from draslice.trainer.errors import DrasliceError
+from draslice.errors import DrasliceError
 
 PREFIX = "step-"
 TMP_PREFIX = ".tmp-"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from draslice.trainer.errors import InvalidParameter
+from draslice.errors import InvalidParameter
 
 
 def successor_chains(

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from draslice.trainer.errors import InvalidParameter
+from draslice.errors import InvalidParameter
 from draslice.trainer.loglines import GIB, gib
 
 DEVICE_CHOICES = "'auto', 'cpu', 'cuda' or 'cuda:N'"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from draslice.trainer.errors import DatasetError, InvalidParameter
+from draslice.errors import DatasetError, InvalidParameter
 
 IGNORE = -100  # the label torch's cross-entropy skips
 FORMATS = ("auto", "prompt-completion", "chat", "datasets")

@@ -16,7 +16,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from draslice.trainer.errors import (
+from draslice.errors import (
     InvalidParameter,
     MissingDependency,
     ModelLoadError,

@@ -28,10 +28,10 @@ from pathlib import Path
 
 import torch
 
+from draslice.errors import InvalidParameter, SliceOutOfMemory, TrainingDiverged
 from draslice.trainer import budget, checkpoint, loglines
 from draslice.trainer import device as dev
 from draslice.trainer.data import BatchSampler, successor_chains
-from draslice.trainer.errors import InvalidParameter, SliceOutOfMemory, TrainingDiverged
 from draslice.trainer.examples import FORMATS, TokenRows, from_tensor, load_examples, pack, split
 from draslice.trainer.loss import causal_lm_loss, split_head, to_device
 from draslice.trainer.model import (

@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from draslice.errors import InvalidParameter, SliceOutOfMemory
 from draslice.trainer import budget, loglines
 from draslice.trainer import device as dev
-from draslice.trainer.errors import InvalidParameter, SliceOutOfMemory
 
 # Relative Frobenius error allowed between the device product and the float64 reference.
 # bf16 keeps 8 significant bits (2^-8 ~ 0.4% per rounding); fp32 is ~1e-7 per rounding.

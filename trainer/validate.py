@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from peft import PeftModel
 
+from draslice.errors import DrasliceError, InvalidParameter, MissingDependency
 from draslice.trainer import budget, loglines
-from draslice.trainer.errors import DrasliceError, InvalidParameter, MissingDependency
 from draslice.trainer.model import build_base, load_pretrained
 from draslice.trainer.sft import ADAPTER_DIR, REFERENCE_FILE, RUN_FILE, SFTConfig, loss_drop
 

@@ -29,7 +29,7 @@ that may be absent and leave every other container and claim alone.
 from __future__ import annotations
 
 from draslice.cluster.names import CLAIM_LABEL, MAIN_CONTAINER
-from draslice.trainer.errors import InvalidParameter
+from draslice.errors import InvalidParameter
 
 NAME = "draslice-claim-from-label"
 OPT_IN_LABEL = "draslice.dev/claim-injection"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from draslice.cluster.templates import Sharing, mig_claim_template, shared_gpu_claim_template
-from draslice.trainer.errors import InvalidParameter
+from draslice.errors import InvalidParameter
 
 SHARED_STRATEGIES = {"timeslicing": "TimeSlicing", "mps": "MPS"}
 

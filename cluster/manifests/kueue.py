@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from draslice.cluster.names import validate_dns_label
 from draslice.cluster.templates import GPU_CLASS, MIG_CLASS
-from draslice.trainer.errors import InvalidParameter
+from draslice.errors import InvalidParameter
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from draslice.cluster.names import validate_dns_label
-from draslice.trainer.errors import InvalidParameter
+from draslice.errors import InvalidParameter
 
 RBAC_API = "rbac.authorization.k8s.io/v1"
 RESOURCE_GROUP = "resource.k8s.io"

@@ -108,7 +108,7 @@ def finetune(
     import os
     from collections import namedtuple
 
-    from draslice.trainer.errors import InvalidParameter
+    from draslice.errors import InvalidParameter
     from draslice.trainer.sft import SFTConfig, train
 
     def under_mount(path: str) -> str:

@@ -16,7 +16,7 @@ def gate(verdict: str, passed: bool):
         verdict: validate's verdict text.
         passed: validate's boolean verdict.
     """
-    from draslice.trainer.errors import ValidationFailed
+    from draslice.errors import ValidationFailed
 
     print(verdict)
     if not passed:

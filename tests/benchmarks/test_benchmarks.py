@@ -102,7 +102,7 @@ def test_the_gpu_host_paths_do_not_import_kfp():
             sys.modules[name] = None  # any 'import kfp' now raises ImportError
         sys.path.insert(0, {str(BENCH)!r})
         import compare_trainers, fit_slice, gpu_all, envfacts, flops, childproc
-        import draslice.trainer.sft, draslice.trainer.smoke, draslice.trainer.scratch
+        import draslice.trainer.sft, draslice.trainer.smoke, tests.scratch
         print("ok")
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

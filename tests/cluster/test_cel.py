@@ -12,7 +12,7 @@ from draslice.cluster.cel import (
     compile_selector,
     device_activation,
 )
-from draslice.trainer.errors import InvalidParameter
+from draslice.errors import InvalidParameter
 
 DRIVER = "gpu.nvidia.com"
 

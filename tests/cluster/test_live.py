@@ -131,7 +131,7 @@ def test_pipeline_preflight_in_a_pod_reads_the_cluster(cluster, monkeypatch, tmp
     from kfp import dsl
 
     from draslice.components.preflight import preflight
-    from draslice.trainer.errors import DrasliceError
+    from draslice.errors import DrasliceError
 
     cluster.objects += [mig_claim_template("1g.10gb", namespace="kubeflow"),
                         shared_gpu_claim_template(namespace="kubeflow")]

@@ -14,8 +14,8 @@ from draslice.components.preflight import preflight
 from draslice.components.sft import sft
 from draslice.components.smoke import smoke
 from draslice.components.validate import validate
-from draslice.trainer.errors import InvalidParameter, ModelLoadError, ValidationFailed
-from draslice.trainer.scratch import save_preset, write_demo_data
+from draslice.errors import InvalidParameter, ModelLoadError, ValidationFailed
+from tests.scratch import save_preset, write_demo_data
 
 
 def _artifact(cls, tmp_path, name):

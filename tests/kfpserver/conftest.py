@@ -9,9 +9,9 @@ from pathlib import Path
 import kfp
 import pytest
 from click.testing import CliRunner
-from kfp_fake_server import FakeKfp
 
 from draslice.cli import main
+from tests.kfpserver.kfp_fake_server import FakeKfp
 
 REPO = Path(__file__).resolve().parents[2]
 _ENV = ("KF_PIPELINES_ENDPOINT", "KF_PIPELINES_UI_ENDPOINT", "KFP_TOKEN",

@@ -24,8 +24,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import kfp_server_api
-import kfp_strict as strict
 import yaml
+
+from tests.kfpserver import kfp_strict as strict
 
 API = "/apis/v2beta1"
 DEFAULT_SCRIPT = ("PENDING", "RUNNING", "RUNNING", "SUCCEEDED")

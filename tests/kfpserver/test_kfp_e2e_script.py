@@ -39,8 +39,8 @@ esac
 # torch-heavy `run` command (that would cost ~10 s a call on a small CI machine).
 DRASLICE_PY = """
 import sys, click
-from draslice.commands import manifests_cmd, submit_cmd, upload_cmd
-from draslice.trainer.errors import DrasliceError
+from draslice.cli.commands import manifests_cmd, submit_cmd, upload_cmd
+from draslice.errors import DrasliceError
 group = click.Group(commands=[upload_cmd.upload, submit_cmd.submit, manifests_cmd.manifests])
 try:
     group.main(sys.argv[1:], prog_name="draslice", standalone_mode=False)

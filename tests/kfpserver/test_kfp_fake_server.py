@@ -7,8 +7,9 @@ import json
 import urllib.error
 import urllib.request
 
-import kfp_strict
 import pytest
+
+from tests.kfpserver import kfp_strict
 
 
 def _post(url: str, doc) -> tuple[int, dict]:

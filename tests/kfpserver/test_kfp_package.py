@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from draslice.errors import InvalidParameter
 from draslice.kfp_ops import parse_params, resolve_package
 from draslice.kfp_ops.package import InputParam
-from draslice.trainer.errors import InvalidParameter
 
 INPUTS = {
     "flag": InputParam("flag", "BOOLEAN"),

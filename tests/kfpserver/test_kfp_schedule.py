@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from draslice.errors import InvalidParameter
 from draslice.kfp_ops import parse_interval, to_kfp_cron
-from draslice.trainer.errors import InvalidParameter
 
 
 def _posted(fake):

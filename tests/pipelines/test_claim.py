@@ -7,9 +7,9 @@ from kfp import dsl
 
 from draslice.cluster.names import validate_template_name
 from draslice.components.smoke import smoke
+from draslice.errors import InvalidParameter
 from draslice.pipelines.claim import CLAIM_LABEL, NATIVE_FIELD, ClaimMode, bind_claim
 from draslice.pipelines.slice_sft import build_canary_pipeline, build_sft_pipeline
-from draslice.trainer.errors import InvalidParameter
 
 
 @pytest.mark.parametrize("name", ["mig-1g-6gb", "shared-gpu-timeslice", "a", "gpu-slice-2",

@@ -9,7 +9,7 @@ from kfp import local
 
 from draslice.pipelines import kfp_local_fixes
 from draslice.pipelines.slice_sft import build_finetune_pipeline
-from draslice.trainer.scratch import save_preset, write_demo_data
+from tests.scratch import save_preset, write_demo_data
 
 # The whole pipeline: five tasks, each a fresh Python process importing torch (~25 s).
 pytestmark = pytest.mark.slow

@@ -9,10 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 from draslice.cli import main
-from draslice.commands.advise_cmd import GPU_CHOICES
+from draslice.cli.commands.advise_cmd import GPU_CHOICES
+from draslice.errors import InvalidParameter
+from draslice.sizing.profiles import TABLE, SliceProfile, candidates, recommend
 from draslice.trainer import budget
-from draslice.trainer.errors import InvalidParameter
-from draslice.trainer.profiles import TABLE, SliceProfile, candidates, recommend
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from draslice.errors import InvalidParameter
 from draslice.trainer import device as dev
 from draslice.trainer import smoke
-from draslice.trainer.errors import InvalidParameter
 from tests.conftest import requires_cuda
 
 

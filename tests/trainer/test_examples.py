@@ -7,7 +7,7 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from draslice.trainer.errors import DatasetError, InvalidParameter
+from draslice.errors import DatasetError, InvalidParameter
 from draslice.trainer.examples import IGNORE, detect_format, load_examples, pack, split
 
 pytestmark = pytest.mark.usefixtures("one_thread")

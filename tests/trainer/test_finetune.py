@@ -10,12 +10,12 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from draslice.trainer import budget
-from draslice.trainer.errors import (
+from draslice.errors import (
     InvalidParameter,
     MissingDependency,
     ModelLoadError,
 )
+from draslice.trainer import budget
 from draslice.trainer.examples import IGNORE
 from draslice.trainer.loss import causal_lm_loss, to_device
 from draslice.trainer.model import LLAMA_ATTENTION_AND_MLP, ModelShape, build_base, wrap_lora

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from draslice.errors import SliceOutOfMemory
 from draslice.trainer import device as dev
 from draslice.trainer import loglines
-from draslice.trainer.errors import SliceOutOfMemory
 from draslice.trainer.sft import SFTConfig, train
 from tests.conftest import requires_cuda
 

@@ -6,14 +6,14 @@ import importlib.util
 
 import pytest
 
+from draslice.errors import SliceOutOfMemory
+from draslice.sizing.advise import advise
+from draslice.sizing.profiles import SliceProfile
 from draslice.trainer import budget
-from draslice.trainer.advise import advise
-from draslice.trainer.errors import SliceOutOfMemory
-from draslice.trainer.profiles import SliceProfile
-from draslice.trainer.scratch import save_preset, save_scratch_model, write_demo_data
 from draslice.trainer.sft import SFTConfig, train
 from draslice.trainer.validate import check_adapter
 from tests.conftest import requires_cuda
+from tests.scratch import save_preset, save_scratch_model, write_demo_data
 
 pytestmark = [pytest.mark.gpu, requires_cuda]
 has_bnb = importlib.util.find_spec("bitsandbytes") is not None

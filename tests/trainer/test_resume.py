@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from draslice.errors import DrasliceError
 from draslice.trainer import checkpoint
-from draslice.trainer.errors import DrasliceError
 from draslice.trainer.sft import ADAPTER_DIR, CHECKPOINT_DIR, SFTConfig, train
 
 STEPS, EVERY, KILL_AFTER = 120, 10, 25

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from draslice.cli import main
-from draslice.trainer.errors import InvalidParameter
-from draslice.trainer.scratch import PRESETS, model_config, save_scratch_model
+from draslice.errors import InvalidParameter
+from tests.scratch import PRESETS, model_config, save_scratch_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -122,7 +122,7 @@ def test_train_command_bad_data_is_one_error_line(tiny_llama, tmp_path):
 def test_train_command_offers_exactly_the_trainers_choices():
     """steps_cmd spells the choices out so `draslice --help` need not import torch; they must
     stay the trainer's own."""
-    from draslice.commands.steps_cmd import train
+    from draslice.cli.commands.steps_cmd import train
     from draslice.trainer.sft import COMPILE_MODES, LR_SCHEDULES
 
     options = {p.name: p for p in train.params}

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
+from draslice.errors import InvalidParameter, TrainingDiverged
 from draslice.trainer import loglines
-from draslice.trainer.errors import InvalidParameter, TrainingDiverged
 from draslice.trainer.model import GPT2_ATTENTION_ONLY, ModelShape
 from draslice.trainer.sft import ADAPTER_DIR, REFERENCE_FILE, RUN_FILE, SFTConfig, train
 

@@ -9,8 +9,8 @@ import shutil
 import pytest
 from safetensors.torch import load_file, save_file
 
+from draslice.errors import DrasliceError, InvalidParameter
 from draslice.trainer import report
-from draslice.trainer.errors import DrasliceError, InvalidParameter
 from draslice.trainer.sft import ADAPTER_DIR
 from draslice.trainer.validate import read_losses, validate
 

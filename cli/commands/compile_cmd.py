@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
+from draslice.errors import InvalidParameter
 from draslice.pipelines.claim import ClaimMode
 from draslice.pipelines.variants import KINDS, VARIANTS, Variant, compile_all, compile_variant
-from draslice.trainer.errors import InvalidParameter
 
 COMMITTED_DIR = "compiled"
 

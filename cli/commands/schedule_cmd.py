@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from draslice.commands.kfp_options import connection_options
+from draslice.cli.commands.kfp_options import connection_options
 
 
 def _canaries() -> list[str]:
@@ -64,9 +64,9 @@ def create(variants, cron, every, max_concurrency, catchup, start, end, disabled
       draslice schedule create --variant sft.policy.mig-1g-6gb --cron '30 3 * * 1-5' \\
           --param steps=60 --name sft-weekdays
     """
+    from draslice.errors import InvalidParameter
     from draslice.kfp_ops import connect, create_schedule, parse_interval, resolve_package
     from draslice.kfp_ops.cron import to_kfp_cron
-    from draslice.trainer.errors import InvalidParameter
 
     chosen = list(variants) or _canaries()
     if name and len(chosen) > 1:

@@ -9,9 +9,9 @@ import sys
 import click
 
 from draslice import __version__
-from draslice.trainer.errors import DrasliceError
+from draslice.errors import DrasliceError
 
-# name -> (module under draslice.commands, attribute). Imported when the command runs, so
+# name -> (module under draslice.cli.commands, attribute). Imported when the command runs, so
 # `draslice train` (the trainer image's entry point, also used on bare GPU hosts) never loads
 # kfp, which only the pipeline commands need.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -56,7 +56,7 @@ class _Group(click.Group):
             return None
         module, attr = COMMANDS[cmd_name]
         try:
-            loaded = importlib.import_module(f"draslice.commands.{module}")
+            loaded = importlib.import_module(f"draslice.cli.commands.{module}")
         except ImportError as err:
             return _missing_dependency(cmd_name, err)
         return getattr(loaded, attr)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from draslice.trainer.errors import InvalidParameter
+from draslice.errors import InvalidParameter
 
 ARCHES = ("gpt2", "llama", "qwen2", "mistral")
 EOS = "<|endoftext|>"
@@ -193,7 +193,7 @@ def save_scratch_model(
     params = sum(p.numel() for p in model.parameters())
     (out / MARKER_FILE).write_text(json.dumps(
         {"arch": arch, "parameters": params, "seed": seed, "dtype": dtype,
-         "note": "random init by draslice.trainer.scratch; not a pretrained model"},
+         "note": "random init by tests.scratch; not a pretrained model"},
         indent=2) + "\n")
     return out
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from draslice.errors import InvalidParameter
 from draslice.trainer import budget
-from draslice.trainer.errors import InvalidParameter
 
 GUIDE = "NVIDIA MIG user guide, Supported MIG Profiles"
 H100_LGIP = "nvidia-smi mig -lgip on an H100 80GB (jbarrow.ai/field_notes/nvidia-mig)"

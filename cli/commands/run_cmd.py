@@ -86,9 +86,9 @@ def run(**opts) -> None:
 
 def _checked_params(opts: dict) -> dict:
     """Reject bad input here, before the first task starts (each task checks again)."""
+    from draslice.errors import InvalidParameter
     from draslice.trainer import budget
     from draslice.trainer import device as dev
-    from draslice.trainer.errors import InvalidParameter
     from draslice.trainer.model import ModelShape
     from draslice.trainer.sft import SFTConfig
 

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from draslice.trainer.errors import InvalidParameter
+from draslice.errors import InvalidParameter
 
 
 @click.command("preflight")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from draslice.commands.kfp_options import connection_options, variant_help
+from draslice.cli.commands.kfp_options import connection_options, variant_help
 
 DEFAULT_VARIANT = "sft.policy.mig-1g-6gb"
 
@@ -35,10 +35,10 @@ def upload(variants, all_variants, name, description, compiled_dir, conn) -> Non
       draslice upload --all --host https://kubeflow.example.com/pipeline --token-env KFP_TOKEN
       draslice upload --variant my/pipeline.yaml --name my-slice-sft
     """
+    from draslice.errors import InvalidParameter
     from draslice.kfp_ops import connect, resolve_package
     from draslice.kfp_ops import upload as do_upload
     from draslice.kfp_ops.package import variant_ids
-    from draslice.trainer.errors import InvalidParameter
 
     chosen = list(variant_ids()) if all_variants else list(variants) or [DEFAULT_VARIANT]
     if name and len(chosen) > 1:

@@ -70,9 +70,9 @@ def advise(gpu: str, snapshot_file: str | None, live: bool, kubeconfig: str | No
       draslice advise --peak-gib 5.1 --gpu A30-24GB        # no measurement
       draslice advise --peak-gib 5.1 --snapshot dump.yaml  # the slices your cluster has
     """
-    from draslice.trainer.advise import advise as run_advise
+    from draslice.sizing.advise import advise as run_advise
+    from draslice.sizing.profiles import candidates
     from draslice.trainer.model import ModelShape
-    from draslice.trainer.profiles import candidates
     from draslice.trainer.sft import SFTConfig
 
     cfg = SFTConfig(shape=ModelShape(seq_len=seq_len), **opts)
@@ -93,8 +93,8 @@ def cluster_candidates(source: str, kubeconfig: str | None, context: str | None)
     """The slice profiles a cluster (or its dump) publishes, through the preflight code."""
     from draslice.cluster.analysis import published_slices
     from draslice.cluster.preflight import read_snapshot
-    from draslice.trainer.errors import DrasliceError
-    from draslice.trainer.profiles import from_published
+    from draslice.errors import DrasliceError
+    from draslice.sizing.profiles import from_published
 
     found = from_published(published_slices(read_snapshot(source, None, kubeconfig, context)))
     if not found:

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from draslice.commands.kfp_options import connection_options, variant_help
+from draslice.cli.commands.kfp_options import connection_options, variant_help
 
 DEFAULT_VARIANT = "sft.policy.mig-1g-6gb"
 
@@ -52,9 +52,9 @@ def submit(variant, upload_first, pipeline_id, version_id, params, experiment, r
       draslice submit --variant sft.policy.shared-gpu-timeslice --upload --experiment nightly
       draslice submit --pipeline-id P --version-id V --namespace team-a --wait
     """
+    from draslice.errors import InvalidParameter
     from draslice.kfp_ops import connect, resolve_package, upload, wait
     from draslice.kfp_ops import submit as do_submit
-    from draslice.trainer.errors import InvalidParameter
 
     if (pipeline_id is None) != (version_id is None):
         raise InvalidParameter("--pipeline-id/--version-id", pipeline_id or version_id,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from draslice.trainer.errors import InvalidParameter
+from draslice.errors import InvalidParameter
 
 _OUT = click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
                     help="Write the YAML into this folder instead of printing it.")

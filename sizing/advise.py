@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from draslice.errors import MissingDependency, SliceOutOfMemory
+from draslice.sizing.profiles import Recommendation, SliceProfile, recommend
 from draslice.trainer import budget
-from draslice.trainer.errors import MissingDependency, SliceOutOfMemory
-from draslice.trainer.profiles import Recommendation, SliceProfile, recommend
 from draslice.trainer.sft import SFTConfig, SFTResult, train
 
 MEASURE_STEPS = 3
