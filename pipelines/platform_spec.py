@@ -3,7 +3,10 @@
 The released ``KubernetesExecutorConfig`` proto (kfp-kubernetes 2.17) has no
 ``pod_resource_claims``. Upstream (kubeflow/pipelines#14243) adds
 ``repeated PodResourceClaim pod_resource_claims = 20`` with
-``PodResourceClaim{string resource_claim_template_name = 1; string resource_claim_json = 2}``.
+``PodResourceClaim{string resource_claim_template_name = 1;
+ml_pipelines.TaskInputsSpec.InputParameterSpec resource_claim_json = 2}`` (field 2 is a
+parameter, constant or from a pipeline input, like the other ``*_json`` fields of that proto,
+so a bare string there is refused as it would be upstream).
 :func:`executor_config_class` builds that message from the released descriptor plus exactly
 this field, so native-mode YAML is parsed against the upstream shape, and anything else
 unknown still fails.
@@ -19,6 +22,8 @@ from kfp.kubernetes import kubernetes_executor_config_pb2 as released
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 _PACKAGE = "draslice.upstream"
+# The message that upstream's other ``*_json`` fields (toleration_json, node_selector_json) use.
+_INPUT_PARAMETER_SPEC = f".{pipeline_spec_pb2.DESCRIPTOR.package}.TaskInputsSpec.InputParameterSpec"
 
 
 @cache
@@ -35,11 +40,16 @@ def executor_config_class(with_pod_resource_claims: bool) -> type:
     for msg in source.message_type:
         _retarget(msg, old, f".{_PACKAGE}.")
     claim = source.message_type.add(name="PodResourceClaim")
-    for number, name in ((1, "resource_claim_template_name"), (2, "resource_claim_json")):
-        claim.field.add(
-            name=name, number=number, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
-            label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
-        )
+    claim.field.add(
+        name="resource_claim_template_name", number=1, json_name="resourceClaimTemplateName",
+        type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+        label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+    )
+    claim.field.add(
+        name="resource_claim_json", number=2, json_name="resourceClaimJson",
+        type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE, type_name=_INPUT_PARAMETER_SPEC,
+        label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+    )
     config = next(m for m in source.message_type if m.name == "KubernetesExecutorConfig")
     config.field.add(
         name="pod_resource_claims", number=20, json_name="podResourceClaims",
