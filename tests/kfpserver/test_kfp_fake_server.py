@@ -49,7 +49,10 @@ def test_nested_models_are_checked_too():
 
 
 def test_native_platform_spec_fails_like_a_217_backend():
-    with pytest.raises(kfp_strict.StrictError, match='unknown field "podResourceClaims"'):
+    """KFP's compiler wording around Go protojson's (see check_platform_spec for the sources)."""
+    expected = (r'failed to unmarshal kubernetes spec for component "exec-smoke": '
+                r'proto: \(line 1:2\): unknown field "podResourceClaims"')
+    with pytest.raises(kfp_strict.StrictError, match=expected):
         kfp_strict.check_platform_spec({"platforms": {"kubernetes": {"deploymentSpec": {
             "executors": {"exec-smoke": {"podResourceClaims": [
                 {"resourceClaimTemplateName": "mig-1g-6gb"}]}}}}}})
