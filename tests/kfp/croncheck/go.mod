@@ -1,0 +1,5 @@
+module draslice.dev/croncheck
+
+go 1.26
+
+require github.com/robfig/cron v1.2.0
