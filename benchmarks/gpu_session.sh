@@ -50,13 +50,12 @@ if [ "$part" != tests ]; then
         --wheels "$root/$wheels" "${steps[@]}"
 fi
 # The tests run from a copy: in the checkout, its draslice/ folder (the CLI half of the
-# package mapping) would shadow the installed package. ../shared holds the fixtures; the
+# package mapping) would shadow the installed package. tests/fixtures holds the fixtures; the
 # benchmark tests import benchmarks/. Only the folders that hold GPU tests are collected:
 # the others import test-only packages (jsonpatch, jmespath, kubernetes-validate) the host
 # lacks.
 work=$(mktemp -d)
 cp -r tests benchmarks pyproject.toml "$work/"
-ln -sfn "$root/../shared" "$(dirname "$work")/shared"
 (cd "$work" && timeout 420 python3 -m pytest -q -p no:cacheprovider -rs -m gpu \
     tests/trainer tests/benchmarks) 2>&1 | tee "$out/gpu_tests.log" || true
 (cd "$work" && timeout 150 draslice run) 2>&1 | tee "$out/draslice_run.log" | tail -25

@@ -1,6 +1,6 @@
 """How a GPU task's pod gets its DRA claim: the one place that decides it.
 
-Two modes, one resulting pod (DESIGN.md):
+Two modes, one resulting pod (docs/design.md):
 
 - ``policy`` (default, any KFP 2.x backend): the task gets the pod label
   ``draslice.dev/claim-template: <template>`` through kfp-kubernetes (it lands on executor

@@ -8,8 +8,18 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-FIXTURES = SHARED / "fixtures"
+# Real ResourceSlice dumps live in the repository (tests/fixtures/resourceslices, with SOURCES.md),
+# so a fresh clone runs every test without anything beside it.
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def fixture_path(*parts: str) -> Path:
+    """The path of a committed fixture; a missing one fails the test naming the file."""
+    path = FIXTURES.joinpath(*parts)
+    if not path.is_file():
+        pytest.fail(f"fixture missing: {path.relative_to(REPO)} (see tests/fixtures/"
+                    "resourceslices/SOURCES.md for where each fixture comes from)", pytrace=False)
+    return path
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -1,7 +1,7 @@
 """LoRA supervised fine-tuning inside a slice: one training loop we own, top to bottom.
 
 No HF ``Trainer``: on an H200 a plain loop (bf16 autocast, fused AdamW) ran the seed config
-about 5x faster (DESIGN.md). The same loop trains the synthetic default (a small GPT-2 built
+about 5x faster (docs/design.md). The same loop trains the synthetic default (a small GPT-2 built
 from a config, on learnable successor chains: what ``draslice run`` and the compiled pipelines
 do) and a user's model from a local directory on JSONL or a saved dataset. In order:
 

@@ -8,7 +8,7 @@ import copy
 import pytest
 import yaml
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, fixture_path
 
 SLICES = FIXTURES / "resourceslices"
 DRIVER = "gpu.nvidia.com"
@@ -59,7 +59,8 @@ def claim(name, *results, namespace="team-a"):
 
 def load_fixture_objects(name: str) -> list[dict]:
     """The fixture's objects; excerpts completed into ResourceSlices of gpu.nvidia.com."""
-    docs = [d for d in yaml.safe_load_all((SLICES / name).read_text()) if d is not None]
+    text = fixture_path("resourceslices", name).read_text()
+    docs = [d for d in yaml.safe_load_all(text) if d is not None]
     if name.startswith("driver-reference"):
         node = EXCERPT_NODES[name]
         return [rslice(node, docs[0], name=f"{node}-{name.split('-')[2]}")]

@@ -1,7 +1,7 @@
 """CEL selectors evaluated on every real ResourceSlice fixture, with the expected matches.
 
 Each case names the devices (``node/device``) the expression must select; the table covers every
-file in ../shared/fixtures/resourceslices (a test fails if a new fixture has no cases).
+file in tests/fixtures/resourceslices (a test fails if a new fixture has no cases).
 """
 
 from __future__ import annotations

@@ -13,11 +13,11 @@ from draslice.cluster.templates import mig_claim_template
 from tests.cluster.conftest import (
     ALL_FIXTURES,
     EXCERPT_NODES,
-    SLICES,
     claim,
     load_fixture_objects,
     write_snapshot,
 )
+from tests.conftest import fixture_path
 
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100 80GB PCIe"
@@ -68,7 +68,7 @@ def _snapshot_file(fixture, tmp_path, *extra):
     if fixture in EXCERPT_NODES or extra:
         return str(write_snapshot(tmp_path / "dump.yaml", load_fixture_objects(fixture)
                                   + list(extra)))
-    return str(SLICES / fixture)
+    return str(fixture_path("resourceslices", fixture))
 
 
 def test_every_fixture_is_covered():
@@ -145,7 +145,8 @@ def test_no_dra_snapshot_skips_or_fails(tmp_path, policy, code):
 
 
 def test_raw_excerpt_without_driver_is_a_clear_error():
-    res = _invoke("--snapshot", str(SLICES / "a100-80gb-mig-1g10gb.v1alpha3.list.yaml"))
+    excerpt = fixture_path("resourceslices", "a100-80gb-mig-1g10gb.v1alpha3.list.yaml")
+    res = _invoke("--snapshot", str(excerpt))
     assert res.exit_code == 2
     assert "a100-80gb-mig-1g10gb.v1alpha3.list.yaml" in res.output
     assert "spec.driver and spec.pool are required" in res.output
