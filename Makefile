@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 RUN_ARGS ?=
 
-.PHONY: setup run test lint compile manifests bench clean kfp-backend test-kfp
+.PHONY: setup run test lint compile manifests bench clean kfp-backend test-kfp test-cluster allocator dist
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -15,7 +15,26 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed allocator
+
+# Preflight's DRA allocator (cluster/allocator, Go): one binary per Kubernetes minor 1.34-1.37,
+# built into ~/.cache/draslice/allocator (keyed by release, go.sum and sources), so it is a
+# no-op once built; needs Go 1.26+ (docs/preflight.md).
+allocator: $(VENV)/.installed
+	$(PY) -m draslice.cluster.allocator build
+
+# Wheels for pip users without Go: one per platform carrying the allocator binaries
+# (CGO_ENABLED=0 cross-compilation), and a pure one with the Go sources for any other machine.
+ALLOCATOR_PLATFORMS ?= linux-amd64 linux-arm64 darwin-arm64
+dist: $(VENV)/.installed
+	rm -rf build/allocator build/lib dist
+	for p in $(ALLOCATOR_PLATFORMS); do \
+	  $(PY) -m draslice.cluster.allocator build --platform $$p --out build/allocator/$$p \
+	    && DRASLICE_WHEEL_PLATFORM=$$p $(PY) -m pip wheel --no-deps --no-build-isolation -q \
+	         -w dist . || exit 1; \
+	done
+	$(PY) -m pip wheel --no-deps --no-build-isolation -q -w dist .
+	ls -l dist
 
 run: setup
 	$(VENV)/bin/draslice run $(RUN_ARGS)
@@ -24,7 +43,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 
 # pytest exits 5 when it collected no test: that fails this target, as it should.
-test: lint
+test: lint allocator
 	$(VENV)/bin/pytest
 
 compile: setup
@@ -45,6 +64,11 @@ kfp-backend:
 # server is not among them while kfp-backend cannot build it (docs/kfp.md).
 test-kfp: setup
 	$(VENV)/bin/pytest -m kfp tests/kfp
+
+# A real control plane (kube-apiserver, controller-manager, scheduler, etcd built from upstream's
+# Go modules, cached by version outside the repo) and the tests against it (docs/cluster-tests.md).
+test-cluster: setup
+	bash scripts/cluster/test.sh
 
 clean:
 	rm -rf $(VENV) runs build dist *.egg-info

@@ -51,3 +51,8 @@ class ModelLoadError(DrasliceError):
 
 class MissingDependency(DrasliceError):
     """An optional feature was asked for without the package or device it needs."""
+
+
+class OutputWriteError(DrasliceError):
+    """The output folder refused the bytes (full disk, quota, read-only); the message names
+    the folder, the reason and the free space. Nothing half-written is left behind."""

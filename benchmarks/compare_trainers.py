@@ -53,7 +53,8 @@ from draslice.trainer.loglines import gib  # noqa: E402
 from draslice.trainer.model import ModelShape, build_base, wrap_lora  # noqa: E402
 
 TRAINERS = {
-    "ours": "draslice SFT loop",
+    "ours": "draslice SFT loop (default: auto)",
+    "ours-eager": "draslice SFT loop, eager",
     "ours-compiled": "draslice, compile default",
     "ours-cudagraphs": "draslice, reduce-overhead",
     "hf": "HF Trainer + peft",
@@ -63,7 +64,8 @@ TRAINERS = {
 # The seed's approach is HF Trainer without compilation: the targets are judged against "hf",
 # for each of our variants. The compiled Trainer is there so that compilation alone is seen
 # for what it gives either side (Trainer's own ``torch_compile=True``).
-COMPILE_MODE = {"ours": "off", "ours-compiled": "default", "ours-cudagraphs": "reduce-overhead"}
+COMPILE_MODE = {"ours": "auto", "ours-eager": "off", "ours-compiled": "default",
+                "ours-cudagraphs": "reduce-overhead"}
 OURS = tuple(COMPILE_MODE)
 THEIRS = ("hf", "hf-compiled", "trl")  # what each of ours is compared with
 SMOKE_TRAINERS = ("ours", "hf", "trl")
@@ -170,7 +172,8 @@ def _sync(torch_device: torch.device) -> None:
 
 def run_ours(cfg: BenchConfig, torch_device: torch.device, precision: str, tmp: Path,
              compile_mode: str) -> dict:
-    from draslice.trainer.sft import SFTConfig, train
+    from draslice.trainer.config import SFTConfig
+    from draslice.trainer.sft import train
 
     marks: dict[int, float] = {}
 

@@ -159,13 +159,13 @@ REQUIRED_FIELDS = ("model_dir", "data", "max_length", "pack", "gradient_checkpoi
 
 
 def sft_config(case: FitCase, model_dir: Path, data_path: Path, device: str):
-    from draslice.trainer.sft import SFTConfig
+    from draslice.trainer.config import SFTConfig
 
     known = {f.name for f in dataclasses.fields(SFTConfig)}
     missing = [f for f in REQUIRED_FIELDS if f not in known]
     if missing:
         raise SystemExit(
-            f"error: draslice.trainer.sft.SFTConfig has no field(s) {missing}: this draslice "
+            f"error: draslice.trainer.config.SFTConfig has no field(s) {missing}: this draslice "
             "predates real-model training (issue 6); install a build that has it"
         )
     values = dict(

@@ -1,53 +1,45 @@
-"""Think like the scheduler: which devices a claim template's requests can get, and why not.
+"""Preflight's report: the scheduler's own DRA allocator decides, this module explains.
 
-For every request of the template: the devices that pass the DeviceClass selectors AND the
-request's selectors (real CEL, see cel.py), minus devices that are taken (named in a
-ResourceClaim's ``status.allocation.devices.results``, adminAccess results excepted), tainted
-NoSchedule/NoExecute without a toleration, or blocked because allocated devices already consume
-the shared counters they need (partitionable GPUs). An incomplete pool (fewer slices than
-``resourceSliceCount``) is reported; as in the allocator, only ``allocationMode: All`` fails on
-it. All devices of one claim sit on one node, so the verdict looks for one node that can serve
-every request.
+The decision (can the claim be allocated now, on which node, with which devices) and the
+per-request counts (devices matching the class and request selectors, and how many of those
+are free) come from the allocator program (``cluster/allocator``: Kubernetes'
+``k8s.io/dynamic-resource-allocation`` of the chosen release, run as the scheduler runs it).
+Nothing about allocation or CEL is decided in Python.
 
-The diagnosis turns the seed guide's troubleshooting into messages with the command that fixes
-the cause. ``published_slices`` is the summary ``draslice advise`` reads.
+What stays here: the inventory (pools, generations, what each node publishes), the notes and
+the diagnosis that turn the allocator's answer into the command that fixes the cause, and
+``published_slices``, the summary ``draslice advise`` reads.
 """
 
 from __future__ import annotations
 
-import gc
 from collections import Counter, defaultdict
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from decimal import Decimal
 from functools import lru_cache
 
 from kubernetes.utils import parse_quantity
 
-from draslice.cluster.cel import (
-    CelRuntimeError,
-    DeviceActivation,
-    Selector,
-    cel_values,
-    compile_selector,
-    device_activation,
-)
-from draslice.cluster.resources import Device, Inventory
-from draslice.cluster.snapshot import Snapshot
+from draslice.cluster import allocator
+from draslice.cluster.cel import CelCompileError, compile_error_message
+from draslice.cluster.resources import Device, Inventory, served_form
+from draslice.cluster.snapshot import Snapshot, SnapshotError
 
 READY, SKIP, FAIL = "ready", "skip", "fail"
 EXIT_CODES = {READY: 0, SKIP: 77, FAIL: 1}
 GPU_DRIVER = "gpu.nvidia.com"
 # Drivers whose devices are not GPUs a training pod claims (the ComputeDomain daemons/channels).
 IGNORED_DRIVERS = frozenset({"compute-domain.nvidia.com"})
-_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
-FREE, TAKEN, BLOCKED, TAINTED = "free", "taken", "blocked", "tainted"
+FREE, TAKEN, BLOCKED, TAINTED, INCOMPLETE = "free", "taken", "blocked", "tainted", "incomplete"
+
+
+class AllocatorRefused(SnapshotError):
+    """The allocator refused the cluster state itself (an object it cannot read): exit 2."""
 
 
 @dataclass
 class Match:
     device: Device
-    state: str  # free | taken | blocked | tainted
+    state: str  # free | taken | blocked | tainted | incomplete (the allocator program's words)
     why: str = ""
 
 
@@ -99,12 +91,16 @@ class PreflightReport:
     reason: str
     source: str
     template: str | None = None
+    kubernetes_version: str = allocator.NEWEST
+    allocator: str = ""  # the module and version that decided
     classes: dict[str, list[str] | None] = field(default_factory=dict)  # name -> selectors
     pools: list[dict] = field(default_factory=list)
     inventory: list[InventoryRow] = field(default_factory=list)
     profiles: list[str] = field(default_factory=list)
     requests: list[RequestReport] = field(default_factory=list)
-    node: str | None = None  # a node that can serve every request
+    node: str | None = None  # the node the allocator found for the claim
+    allocation: list[dict] = field(default_factory=list)  # its devices (request, driver, ...)
+    unschedulable: list[str] = field(default_factory=list)  # the allocator's per-node reasons
     diagnosis: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -115,217 +111,98 @@ class PreflightReport:
 
 @lru_cache(maxsize=1024)
 def memory_gib(text: str | None) -> float | None:
+    """A capacity in GiB for the table; a malformed one is the allocator's to refuse."""
     if not text:
         return None
-    return round(float(parse_quantity(text)) / 2**30, 2)
-
-
-# --- device state ----------------------------------------------------------------------------
-
-def _allocated(claims: list[dict]) -> tuple[dict[tuple, str], list[str]]:
-    """Devices held by claims (adminAccess results do not hold a device) -> claim name."""
-    taken: dict[tuple, str] = {}
-    admin: list[str] = []
-    for claim in claims:
-        meta = claim.get("metadata") or {}
-        who = f"{meta.get('namespace', '')}/{meta.get('name', '?')}"
-        allocation = (claim.get("status") or {}).get("allocation") or {}
-        for result in (allocation.get("devices") or {}).get("results") or []:
-            key = (result.get("driver"), result.get("pool"), result.get("device"))
-            if result.get("adminAccess"):
-                admin.append(f"{who} ({'/'.join(map(str, key))})")
-                continue
-            taken[key] = who
-    return taken, admin
-
-
-def _consumed(inventory: Inventory, taken: dict[tuple, str]) -> dict[tuple, Decimal]:
-    """(driver, pool, counterSet, counter) -> amount consumed by allocated devices."""
-    used: dict[tuple, Decimal] = defaultdict(Decimal)
-    for device in inventory.devices:
-        if device.key in taken:
-            for use in device.consumes_counters:
-                for counter, amount in use["counters"].items():
-                    used[(device.driver, device.pool, use["counterSet"], counter)] += (
-                        parse_quantity(amount)
-                    )
-    return used
-
-
-def _blocked_by_counters(
-    device: Device, inventory: Inventory, used: dict[tuple, Decimal]
-) -> str | None:
-    pool = inventory.pool_of(device)
-    for use in device.consumes_counters:
-        available = pool.counter_sets.get(use["counterSet"])
-        if available is None:
-            return f"counter set {use['counterSet']} is not published in pool {pool.name}"
-        for counter, amount in use["counters"].items():
-            have = parse_quantity(available.get(counter, "0"))
-            held = used.get((device.driver, device.pool, use["counterSet"], counter), 0)
-            if held + parse_quantity(amount) > have:
-                return (
-                    f"shared counter {use['counterSet']}/{counter} is used by allocated "
-                    f"devices ({held} of {have})"
-                )
-    return None
-
-
-def _tolerated(taint: dict, tolerations: list[dict]) -> bool:
-    for tol in tolerations:
-        if tol.get("effect") and tol["effect"] != taint.get("effect"):
-            continue
-        if tol.get("operator") == "Exists":
-            if not tol.get("key") or tol["key"] == taint.get("key"):
-                return True
-        elif tol.get("key") == taint.get("key") and tol.get("value", "") == taint.get(
-            "value", ""
-        ):
-            return True
-    return False
-
-
-def _state(
-    device: Device, inventory: Inventory, taken: dict, used: dict, tolerations: list[dict]
-) -> tuple[str, str]:
-    for taint in device.taints:
-        if taint.get("effect") in _BLOCKING_EFFECTS and not _tolerated(taint, tolerations):
-            return TAINTED, f"taint {taint.get('key')}={taint.get('value', '')}:{taint['effect']}"
-    if device.key in taken and not device.allow_multiple_allocations:
-        return TAKEN, f"allocated to claim {taken[device.key]}"
-    blocked = _blocked_by_counters(device, inventory, used)
-    if blocked:
-        return BLOCKED, blocked
-    return FREE, ""
-
-
-# --- requests --------------------------------------------------------------------------------
-
-def template_requests(template: dict) -> list[dict]:
-    """Requests of a ResourceClaimTemplate (or a ResourceClaim), any API version, flattened:
-    ``exactly`` (v1) and bare fields (v1beta1) alike; ``firstAvailable`` keeps its list."""
-    spec = template.get("spec") or {}
-    claim_spec = spec.get("spec", spec) if template.get("kind") != "ResourceClaim" else spec
-    out = []
-    for req in (claim_spec.get("devices") or {}).get("requests") or []:
-        if "firstAvailable" in req:
-            out.append({"name": req.get("name", "?"), "firstAvailable": req["firstAvailable"]})
-        else:
-            body = req.get("exactly", req)
-            out.append({"name": req.get("name", "?"), **body})
-    return out
+    try:
+        return round(float(parse_quantity(text)) / 2**30, 2)
+    except (ValueError, ArithmeticError):
+        return None
 
 
 def _selectors(obj: dict) -> list[str]:
-    return [s["cel"]["expression"] for s in obj.get("selectors") or [] if s.get("cel")]
+    return [s["cel"]["expression"] for s in obj.get("selectors") or []
+            if isinstance(s, dict) and isinstance(s.get("cel"), dict)]
 
 
-def _evaluate(
-    name: str,
-    body: dict,
-    snapshot: Snapshot,
-    states: dict[tuple, tuple[str, str]],
-    activations: dict[tuple, DeviceActivation],
-    compiled: dict[str, Selector],
-    inventory: Inventory,
-    taken: dict,
-    used: dict,
-) -> RequestReport:
-    cls_name = body.get("deviceClassName", "")
-    cls = snapshot.device_class(cls_name)
-    class_selectors = _selectors(cls.get("spec") or {}) if cls else []
-    report = RequestReport(
-        name=name, device_class=cls_name, selectors=_selectors(body),
-        allocation_mode=body.get("allocationMode", "ExactCount"),
-        count=int(body.get("count", 1)),
-    )
-    if cls is None:
-        report.errors.append(f"DeviceClass {cls_name!r} does not exist")
-        return report
-    if report.allocation_mode == "All":
-        # The allocator cannot know what "all" is while a pool is being updated.
-        for pool in inventory.pools.values():
-            if not pool.complete:
-                report.errors.append(
-                    f"request {name} asks for all devices, but pool {pool.driver}/{pool.name} "
-                    f"is incomplete ({len(pool.slices)} of {pool.expected_slices} slices of "
-                    f"generation {pool.generation}): the scheduler fails it until the driver "
-                    "has published the rest"
-                )
-    tolerations = body.get("tolerations") or []
-    for device in inventory.devices:
-        try:
-            ok = all(
-                compiled[e].matches(activations[device.key])
-                for e in class_selectors + report.selectors
-            )
-        except CelRuntimeError as exc:
-            report.errors.append(str(exc))
-            continue
-        if not ok:
-            continue
-        state, why = (
-            _state(device, inventory, taken, used, tolerations) if tolerations
-            else states[device.key]
+# --- the allocator's answer ------------------------------------------------------------------
+
+def allocator_input(snapshot: Snapshot) -> dict:
+    """The cluster half of the allocator's input: objects as read (v1alpha3 slices rewritten
+    to v1beta1, see resources.served_form), and the snapshot's Nodes when it has them."""
+    cached = snapshot.cache.get("allocator_input")
+    if cached is None:
+        cached = {
+            "deviceClasses": [served_form(c) for c in snapshot.device_classes],
+            "resourceSlices": _with_slice_counts([served_form(s) for s in snapshot.slices]),
+            "claims": [served_form(c) for c in snapshot.claims],
+            "nodes": [
+                {"name": (n.get("metadata") or {}).get("name", ""),
+                 "labels": (n.get("metadata") or {}).get("labels") or {}}
+                for n in snapshot.nodes if (n.get("metadata") or {}).get("name")
+            ],
+        }
+        snapshot.cache["allocator_input"] = cached
+    return cached
+
+
+def _with_slice_counts(slices: list[dict]) -> list[dict]:
+    """A dump trimmed of ``spec.pool.resourceSliceCount`` (the API server always sets it) is
+    taken as complete, as the note says: the count becomes the number of slices present."""
+    def key(s: dict) -> tuple | None:
+        spec = s.get("spec")
+        pool = spec.get("pool") if isinstance(spec, dict) else None
+        if not isinstance(pool, dict):
+            return None
+        return spec.get("driver"), pool.get("name"), pool.get("generation")
+
+    present = Counter(key(s) for s in slices)
+    out = []
+    for s in slices:
+        if key(s) is not None and s["spec"]["pool"].get("resourceSliceCount") is None:
+            pool = {**s["spec"]["pool"], "resourceSliceCount": present[key(s)]}
+            s = {**s, "spec": {**s["spec"], "pool": pool}}
+        out.append(s)
+    return out
+
+
+def ask_allocator(snapshot: Snapshot, templates: list[dict], version: str) -> dict:
+    """One allocator run for every template; refusals and compile errors raised as exit 2."""
+    payload = {**allocator_input(snapshot), "templates": [served_form(t) for t in templates]}
+    answer = allocator.run(payload, version)
+    who = f"the Kubernetes {version} allocator ({answer.get('module', 'unknown module')})"
+    if answer.get("error"):
+        raise AllocatorRefused(
+            f"{snapshot.source}: {who} refuses it: {compile_error_message(answer['error'])}"
         )
-        report.matches.append(Match(device, state, why))
-    return report
-
-
-_ANYWHERE = ("(all nodes)", "(node selector)", "(per device)")  # not bound to one node
-
-
-def _node_for(requests: list[RequestReport]) -> str | None:
-    """A node on which every request gets its devices (greedy, no device used twice).
-
-    ``All`` asks for every matching device the node can reach, and fails if one is not free.
-    """
-    free_at = [defaultdict(list) for _ in requests]
-    matching_at = [Counter(m.device.node for m in r.matches) for r in requests]
-    for i, req in enumerate(requests):
-        for m in req.free:
-            free_at[i][m.device.node].append(m.device.key)
-    nodes = sorted({n for f in free_at for n in f})
-    for node in [n for n in nodes if n not in _ANYWHERE] + [n for n in nodes if n in _ANYWHERE]:
-        reach = (node, *_ANYWHERE)
-        used: set[tuple] = set()
-        for i, req in enumerate(requests):
-            candidates = [k for n in reach for k in free_at[i].get(n, ()) if k not in used]
-            if req.allocation_mode == "All":
-                need = sum(matching_at[i][n] for n in reach)
-                if need == 0 or len(candidates) < need:
-                    break
-            else:
-                need = req.count
-                if len(candidates) < need:
-                    break
-            used.update(candidates[:need])
-        else:
-            return node
-    return None
+    for item in answer.get("compileErrors") or []:
+        raise CelCompileError(
+            "cel.expression", item["expression"],
+            f"does not compile ({item.get('where', '')}; {who}): "
+            + compile_error_message(item["error"]),
+        )
+    return answer
 
 
 # --- what does not depend on the template ----------------------------------------------------
 
 @dataclass
 class ClusterState:
-    """Pools, allocations and each device's state: computed once per snapshot, shared by every
-    template evaluated against it."""
+    """Pools, notes and each device's state: computed once per snapshot and release, shared
+    by every template evaluated against it."""
 
     inventory: Inventory
     classes: dict[str, list[str]]
     pools: list[dict]
     notes: list[str]
-    taken: dict[tuple, str]
-    used: dict[tuple, Decimal]
-    states: dict[tuple, tuple[str, str]]
     gpu_devices: list[Device]
     rows: list[InventoryRow]
     profiles: list[str]
+    by_key: dict[tuple[str, str, str], Device]
 
 
-def cluster_state(snapshot: Snapshot) -> ClusterState:
-    cached = snapshot.cache.get("cluster_state")
+def cluster_state(snapshot: Snapshot, answer: dict, version: str) -> ClusterState:
+    cached = snapshot.cache.get(("cluster_state", version))
     if cached is not None:
         return cached
     inventory = snapshot.inventory
@@ -342,6 +219,30 @@ def cluster_state(snapshot: Snapshot) -> ClusterState:
         }
         for p in inventory.pools.values()
     ]
+    notes = _pool_notes(inventory, version) + _admin_access_notes(snapshot.claims)
+    states = {(d["driver"], d["pool"], d["device"]): (d["state"], d.get("why", ""))
+              for d in answer.get("inventory") or []}
+    by_key = {d.key: d for d in inventory.devices}
+    gpu_devices = [d for d in inventory.devices if d.driver not in IGNORED_DRIVERS]
+    rows = []
+    for d in gpu_devices:
+        own = d.attributes.get(d.driver, {})
+        kind = str(own.get("type", ""))
+        state, why = states.get(d.key, (FREE, ""))
+        rows.append(InventoryRow(
+            node=d.node, driver=d.driver, device=d.name, type=kind,
+            profile=str(own.get("profile", "") or ("full" if kind == "gpu" else "")),
+            product=str(own.get("productName", "")), memory_gib=memory_gib(d.memory_text()),
+            state=state, why=why,
+        ))
+    profiles = sorted({str(d.attr("profile")) for d in gpu_devices if d.attr("profile")})
+    state = ClusterState(inventory, classes, pools, notes, gpu_devices, rows, profiles, by_key)
+    snapshot.cache[("cluster_state", version)] = state
+    return state
+
+
+def _pool_notes(inventory: Inventory, version: str) -> list[str]:
+    skips = version != "1.34"  # the allocator skips pools being updated since 1.35
     notes = []
     for p in inventory.pools.values():
         if p.stale_slices:
@@ -353,138 +254,141 @@ def cluster_state(snapshot: Snapshot) -> ClusterState:
             notes.append(
                 f"pool {p.driver}/{p.name} is incomplete: {len(p.slices)} of "
                 f"{p.expected_slices} slices of generation {p.generation} (the driver is "
-                "updating it); requests for all devices fail until it publishes the rest"
+                "updating it); "
+                + (f"the Kubernetes {version} allocator takes no device from it until the "
+                   "driver publishes the rest" if skips else
+                   "requests for all devices fail until it publishes the rest")
             )
         if p.expected_slices is None:
             notes.append(
                 f"pool {p.driver}/{p.name}: resourceSliceCount missing in the dump; "
                 "taken as complete"
             )
-    taken, admin = _allocated(snapshot.claims)
-    if admin:
-        notes.append("adminAccess allocations (do not hold devices): " + ", ".join(admin))
-    used = _consumed(inventory, taken)
-    states = {d.key: _state(d, inventory, taken, used, []) for d in inventory.devices}
-    gpu_devices = [d for d in inventory.devices if d.driver not in IGNORED_DRIVERS]
-    rows = []
-    for d in gpu_devices:
-        own = d.attributes.get(d.driver, {})
-        kind = str(own.get("type", ""))
-        rows.append(InventoryRow(
-            node=d.node, driver=d.driver, device=d.name, type=kind,
-            profile=str(own.get("profile", "") or ("full" if kind == "gpu" else "")),
-            product=str(own.get("productName", "")), memory_gib=memory_gib(d.memory_text()),
-            state=states[d.key][0], why=states[d.key][1],
-        ))
-    profiles = sorted({str(d.attr("profile")) for d in gpu_devices if d.attr("profile")})
-    state = ClusterState(inventory, classes, pools, notes, taken, used, states, gpu_devices,
-                         rows, profiles)
-    snapshot.cache["cluster_state"] = state
-    return state
+    return notes
+
+
+def _admin_access_notes(claims: list[dict]) -> list[str]:
+    admin = []
+    for claim in claims:
+        meta = claim.get("metadata") or {}
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            if isinstance(result, dict) and result.get("adminAccess"):
+                admin.append(f"{meta.get('namespace', '')}/{meta.get('name', '?')} "
+                             f"({result.get('driver')}/{result.get('pool')}/"
+                             f"{result.get('device')})")
+    return ["adminAccess allocations (do not hold devices): " + ", ".join(admin)] if admin else []
 
 
 # --- the report ------------------------------------------------------------------------------
-
-@contextmanager
-def _no_cyclic_gc():
-    """The analysis allocates tens of thousands of small acyclic objects beside a large live
-    snapshot; each automatic collection rescans all of it (a quarter of the time at 8,000
-    devices). Nothing here forms cycles, so pause the cycle collector and restore it after."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
 
 def analyze(
     snapshot: Snapshot,
     template: dict | None = None,
     on_missing_dra: str = "skip",
+    kubernetes_version: str | None = None,
 ) -> PreflightReport:
     """Everything preflight says about ``snapshot``, and ready / skip / fail for ``template``."""
-    with _no_cyclic_gc():
-        return _analyze(snapshot, template, on_missing_dra)
+    return analyze_many(snapshot, [template], on_missing_dra, kubernetes_version)[0]
 
 
-def _analyze(snapshot: Snapshot, template: dict | None, on_missing_dra: str) -> PreflightReport:
-    template_name = (template or {}).get("metadata", {}).get("name")
-    report = PreflightReport(
-        decision=READY, reason="", source=snapshot.source, template=template_name,
-        notes=list(snapshot.notes),
-    )
+def analyze_many(
+    snapshot: Snapshot,
+    templates: list[dict | None],
+    on_missing_dra: str = "skip",
+    kubernetes_version: str | None = None,
+) -> list[PreflightReport]:
+    """One report per template (None: the inventory only), from one allocator run."""
+    version = allocator.check_version(kubernetes_version)
     missing = SKIP if on_missing_dra == "skip" else FAIL
     if not snapshot.dra_api:
-        report.decision, report.reason = missing, (
-            "the cluster does not serve resource.k8s.io/v1: no DRA (Kubernetes 1.34+ serves "
-            "it by default)"
+        return [_no_dra_api(snapshot, t, version, missing) for t in templates]
+    has_objects = bool(snapshot.device_classes or snapshot.slices)
+    real = [t for t in templates if t is not None] if has_objects else []
+    if has_objects:
+        answer = ask_allocator(snapshot, real, version)
+    else:
+        answer = {"module": "", "results": []}
+    results = iter(answer.get("results") or [])
+    state = cluster_state(snapshot, answer, version)
+    reports = []
+    for template in templates:
+        report = PreflightReport(
+            decision=READY, reason="", source=snapshot.source, template=_name(template),
+            kubernetes_version=version, allocator=answer.get("module", ""),
+            classes=dict(state.classes), pools=list(state.pools),
+            inventory=list(state.rows), profiles=list(state.profiles),
+            notes=list(snapshot.notes) + state.notes,
         )
-        report.diagnosis.append(
-            "DRA is not available: upgrade to Kubernetes 1.34+ (or enable the "
-            "DynamicResourceAllocation feature gate and resource.k8s.io API), then install "
-            "the NVIDIA DRA driver"
-        )
-        return report
+        result = next(results) if template is not None and has_objects else None
+        if result is not None:
+            _take_result(report, result, state)
+            if not _requests_of(template):
+                report.diagnosis.append(f"template {report.template} has no device requests")
+        _decide(report, snapshot, state.gpu_devices, missing, result)
+        reports.append(report)
+    return reports
 
-    state = cluster_state(snapshot)
-    inventory, taken, used, states = state.inventory, state.taken, state.used, state.states
-    report.classes = dict(state.classes)
-    report.pools = list(state.pools)
-    report.notes += state.notes
-    report.inventory = list(state.rows)
-    report.profiles = list(state.profiles)
-    gpu_devices = state.gpu_devices
 
-    if template is not None and (snapshot.device_classes or snapshot.slices):
-        # (with no DRA object at all there is nothing to match: the decision is skip/fail)
-        _analyze_template(report, snapshot, template, inventory, states, taken, used)
-    _decide(report, snapshot, gpu_devices, missing)
+def _name(template: dict | None) -> str | None:
+    return None if template is None else (template.get("metadata") or {}).get("name")
+
+
+def _requests_of(template: dict) -> list:
+    spec = template.get("spec") or {}
+    claim_spec = spec if template.get("kind") == "ResourceClaim" else spec.get("spec", spec)
+    return ((claim_spec or {}).get("devices") or {}).get("requests") or []
+
+
+def _no_dra_api(snapshot: Snapshot, template: dict | None, version: str,
+                missing: str) -> PreflightReport:
+    report = PreflightReport(
+        decision=missing, source=snapshot.source, template=_name(template),
+        kubernetes_version=version, notes=list(snapshot.notes),
+        reason="the cluster does not serve resource.k8s.io/v1: no DRA (Kubernetes 1.34+ "
+               "serves it by default)",
+    )
+    report.diagnosis.append(
+        "DRA is not available: upgrade to Kubernetes 1.34+ (or enable the "
+        "DynamicResourceAllocation feature gate and resource.k8s.io API), then install "
+        "the NVIDIA DRA driver"
+    )
     return report
 
 
-def _analyze_template(report, snapshot, template, inventory, states, taken, used) -> None:
-    requests = template_requests(template)
-    expressions: list[str] = []
-    for req in requests:
-        bodies = req.get("firstAvailable") or [req]
-        for body in bodies:
-            expressions += _selectors(body)
-            cls = snapshot.device_class(body.get("deviceClassName", ""))
-            expressions += _selectors((cls or {}).get("spec") or {})
-    compiled = {e: compile_selector(e) for e in dict.fromkeys(expressions)}
-    domains = frozenset().union(*(s.domains for s in compiled.values()))
-    names = (None if any(s.names is None for s in compiled.values())
-             else frozenset().union(*(s.names for s in compiled.values())))
-    activations = {
-        d.key: device_activation(
-            d.label, d.driver, d.attributes, d.capacity, d.allow_multiple_allocations, domains,
-            values=cel_values(d.attributes, d.capacity, names),
-        )
-        for d in inventory.devices
-    }
-    for req in requests:
-        if "firstAvailable" in req:
-            # The scheduler takes the first subrequest that can be satisfied.
-            subs = [
-                _evaluate(f"{req['name']}/{s.get('name', '?')}", s, snapshot, states,
-                          activations, compiled, inventory, taken, used)
-                for s in req["firstAvailable"]
-            ]
-            best = next((s for s in subs if not s.errors and _node_for([s])), subs[0])
-            report.requests.append(best)
-        else:
-            report.requests.append(
-                _evaluate(req["name"], req, snapshot, states, activations, compiled,
-                          inventory, taken, used)
-            )
-    if not requests:
-        report.diagnosis.append(f"template {report.template} has no device requests")
+def _take_result(report: PreflightReport, result: dict, state: ClusterState) -> None:
+    """The allocator's answer for one template, as requests with their matching devices."""
+    report.node = result.get("node") if result.get("allocatable") else None
+    report.allocation = list(result.get("devices") or [])
+    report.unschedulable = list(result.get("unschedulable") or [])
+    chosen = {d["request"] for d in report.allocation}
+    by_parent: dict[str, list[dict]] = defaultdict(list)
+    order: list[str] = []
+    for item in result.get("requests") or []:
+        key = item.get("parent") or item["name"]
+        if key not in by_parent:
+            order.append(key)
+        by_parent[key].append(item)
+    for key in order:
+        items = by_parent[key]
+        # firstAvailable: the subrequest the allocator chose, else the first one
+        item = next((i for i in items if i["name"] in chosen), items[0])
+        report.requests.append(RequestReport(
+            name=item["name"], device_class=item["deviceClass"],
+            selectors=list(item.get("selectors") or []),
+            allocation_mode=item.get("allocationMode") or "ExactCount",
+            count=int(item.get("count") or 1),
+            matches=[
+                Match(state.by_key[k], d["state"], d.get("why", ""))
+                for d in item.get("devices") or []
+                if (k := (d["driver"], d["pool"], d["device"])) in state.by_key
+            ],
+            errors=list(item.get("errors") or []),
+        ))
 
 
 def _decide(report: PreflightReport, snapshot: Snapshot, gpu_devices: list[Device],
-            missing: str) -> None:
+            missing: str, result: dict | None) -> None:
     from draslice.cluster.diagnosis import diagnose
 
     report.diagnosis += diagnose(report, snapshot, gpu_devices)
@@ -496,25 +400,26 @@ def _decide(report: PreflightReport, snapshot: Snapshot, gpu_devices: list[Devic
         report.decision = missing
         report.reason = "no GPU driver publishes any device (no ResourceSlice with GPUs)"
         return
-    if not report.requests:
+    if result is None:
         free = sum(1 for r in report.inventory if r.state == FREE)
         report.decision = READY if free else FAIL
         report.reason = f"{len(report.inventory)} GPU device(s) published, {free} free"
-        if report.template is not None:
-            report.decision, report.reason = FAIL, "the template has no device requests"
         return
-    errors = [e for r in report.requests for e in r.errors]
-    if errors:
-        report.decision, report.reason = FAIL, errors[0]
+    if not report.requests:
+        report.decision, report.reason = FAIL, "the template has no device requests"
         return
-    report.node = _node_for(report.requests)
+    if result.get("error"):
+        report.decision, report.reason = FAIL, compile_error_message(result["error"])
+        return
     summary = "; ".join(
         f"request {r.name}: {len(r.matches)} match, {len(r.free)} free" for r in report.requests
     )
-    if report.node:
+    if result.get("allocatable"):
         report.decision, report.reason = READY, f"{summary} (node {report.node} can serve it)"
     else:
-        report.decision, report.reason = FAIL, f"{summary}: no node can serve the claim now"
+        report.decision = FAIL
+        report.reason = f"{summary}: no node can serve the claim now"
+        report.diagnosis += [f"the allocator: {u}" for u in report.unschedulable]
 
 
 def published_slices(snapshot: Snapshot) -> list[PublishedSlice]:

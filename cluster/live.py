@@ -2,26 +2,41 @@
 
 Kubeconfig (``--kubeconfig``/``--context`` or the usual defaults) on an admin's machine; the
 in-cluster service account inside a task pod. The objects are read as raw JSON on the
-``resource.k8s.io/v1`` paths, which works with any client version (the generated models of
-older clients do not know v1), page by page (``limit``/``continue``).
+``resource.k8s.io/v1`` paths, which works with any client version (the generated models of older
+clients do not know v1), page by page (``limit``/``continue``).
 
 Permissions are the usual failure: a 403 says which verb and resource the identity lacks and
 points at ``draslice manifests rbac``. A 404 on the group means the cluster has no
 ``resource.k8s.io/v1`` (Kubernetes < 1.34 or DRA off): that is "no DRA", which the caller may
 skip. Reading other namespaces' claims, nodes and DaemonSets is optional: without the rights,
 the report says what it could not see.
+
+Nothing else is taken on trust, because "no DRA" lets a pipeline skip its GPU steps: a 404
+counts as "no DRA" only when the server's discovery (``/apis``) is a Kubernetes ``APIGroupList``
+that does not list ``resource.k8s.io/v1`` (a real kube-apiserver answers a group it does not
+serve with a plain-text "404 page not found", so the 404 itself proves nothing); any answer that
+is not JSON, or not the kind of object asked for (a plain web server, a proxy's error page), is
+an error naming the server. Every read has a connect and a read timeout and is not retried after
+a read timeout, so a stalled server ends the command within ``READ_TIMEOUT_S``. A kubeconfig
+that is not UTF-8, not YAML, or has fields of the wrong type is bad input (exit 2) naming the
+file and the field.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
+
+import yaml
 
 from draslice.cluster.snapshot import Snapshot
 from draslice.errors import DrasliceError
 
 GROUP_PATH = "/apis/resource.k8s.io/v1"
 PAGE_SIZE = 500
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 30.0
 RBAC_HINT = (
     "grant it read access with the RBAC that `draslice manifests rbac` renders "
     "(kubectl apply -f -)"
@@ -34,29 +49,135 @@ class ClusterAccessError(DrasliceError):
     exit_code = 1
 
 
+class KubeconfigError(DrasliceError):
+    """The kubeconfig file itself is unusable (bad input: exit 2)."""
+
+
 class _NotServed(Exception):
     pass
 
 
+KUBECONFIG_HINT = "a kubeconfig is the YAML file `kubectl config view --raw` shows"
+# field -> the type each entry of clusters/users/contexts must have there (what the client reads)
+_ENTRY_FIELDS = {
+    "clusters": ("cluster", {"server": str, "certificate-authority": str,
+                             "certificate-authority-data": str, "insecure-skip-tls-verify": bool,
+                             "tls-server-name": str, "proxy-url": str}),
+    "users": ("user", {"token": str, "tokenFile": str, "client-certificate": str,
+                       "client-key": str, "client-certificate-data": str,
+                       "client-key-data": str, "username": str, "password": str,
+                       "exec": dict, "auth-provider": dict}),
+    "contexts": ("context", {"cluster": str, "user": str, "namespace": str}),
+}
+_TYPE_WORDS = {str: "a string", bool: "true or false", dict: "a mapping", list: "a list"}
+
+
+def _kubeconfig_paths(kubeconfig: str | None) -> list[Path]:
+    """The files the client will read: --kubeconfig, else each existing $KUBECONFIG entry or
+    ~/.kube/config."""
+    if kubeconfig is not None:
+        return [Path(kubeconfig).expanduser()]
+    listed = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    paths = [Path(p).expanduser() for p in listed] or [Path("~/.kube/config").expanduser()]
+    return [p for p in paths if p.exists()]
+
+
+def _wrong_type(where: str, value, want: type) -> str:
+    return f"{where} must be {_TYPE_WORDS[want]}, not {type(value).__name__} {value!r:.40}"
+
+
+def _kubeconfig_problem(doc) -> str | None:
+    """The first field of the wrong type, as a phrase; None when the shape is usable."""
+    if not isinstance(doc, dict):
+        return (f"the document must be a mapping (with clusters, users, contexts), not "
+                f"{type(doc).__name__}")
+    current = doc.get("current-context")
+    if current is not None and not isinstance(current, str):
+        return _wrong_type("current-context", current, str)
+    for section, (inner, fields) in _ENTRY_FIELDS.items():
+        entries = doc.get(section)
+        if entries is None:
+            continue
+        if not isinstance(entries, list):
+            return _wrong_type(section, entries, list)
+        for i, entry in enumerate(entries):
+            where = f"{section}[{i}]"
+            if not isinstance(entry, dict):
+                return _wrong_type(where, entry, dict)
+            if not isinstance(entry.get("name"), str):
+                return _wrong_type(f"{where}.name", entry.get("name"), str)
+            body = entry.get(inner)
+            if body is None:
+                continue
+            if not isinstance(body, dict):
+                return _wrong_type(f"{where}.{inner}", body, dict)
+            for key, want in fields.items():
+                if key in body and body[key] is not None and not isinstance(body[key], want):
+                    return _wrong_type(f"{where}.{inner}.{key}", body[key], want)
+            server = body.get("server") if inner == "cluster" else None
+            if server is not None and not server.startswith(("https://", "http://")):
+                return f"{where}.cluster.server must be an http(s):// URL, not {server!r:.60}"
+    return None
+
+
+def check_kubeconfig(path: Path) -> None:
+    """Read the kubeconfig before the client does, so that a broken file is one line naming it
+    (the client would raise a YAML, Unicode or AttributeError traceback)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise KubeconfigError(f"kubeconfig {path}: no such file (or use --snapshot FILE to "
+                              "work from a `kubectl get ... -o yaml` dump)") from None
+    except OSError as exc:
+        raise KubeconfigError(f"kubeconfig {path}: cannot read: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise KubeconfigError(f"kubeconfig {path}: not UTF-8 text (byte {exc.start} is "
+                              f"{data[exc.start]:#04x}); {KUBECONFIG_HINT}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "cannot be parsed"
+        raise KubeconfigError(f"kubeconfig {path}:{where}: not valid YAML ({problem}); "
+                              f"{KUBECONFIG_HINT}") from None
+    problem = _kubeconfig_problem(doc)
+    if problem:
+        raise KubeconfigError(f"kubeconfig {path}: {problem}; {KUBECONFIG_HINT}")
+
+
 def api_client(kubeconfig: str | None = None, context: str | None = None):
     """A configured ``kubernetes.client.ApiClient``: in-cluster in a pod, else kubeconfig."""
+    import urllib3
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    cfg = client.Configuration()
     try:
         if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config()
-            return client.ApiClient()
-        cfg = client.Configuration()
-        config.load_kube_config(config_file=kubeconfig, context=context,
-                                client_configuration=cfg)
-        return client.ApiClient(cfg)
-    except (ConfigException, OSError, TypeError) as exc:
+            config.load_incluster_config(client_configuration=cfg)
+        else:
+            paths = _kubeconfig_paths(kubeconfig)
+            for path in paths:
+                check_kubeconfig(path)
+            config.load_kube_config(config_file=kubeconfig, context=context,
+                                    client_configuration=cfg)
+    except (ConfigException, OSError) as exc:
         where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise ClusterAccessError(
             f"cannot load cluster credentials from {where}: {exc} (use --kubeconfig/--context, "
             "or --snapshot FILE to work from a `kubectl get ... -o yaml` dump)"
         ) from None
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a shape not checked above
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise KubeconfigError(f"kubeconfig {where}: unusable ({type(exc).__name__}: {exc}); "
+                              f"{KUBECONFIG_HINT}") from None
+    # A stalled server must not hold preflight: no retry after a read timeout (each read waits
+    # READ_TIMEOUT_S at most); refused connections are retried twice.
+    cfg.retries = urllib3.Retry(total=2, connect=2, read=False, status=0, redirect=0)
+    return client.ApiClient(cfg)
 
 
 def _who(api) -> str:
@@ -74,23 +195,96 @@ def _pod_namespace() -> str | None:
         return None
 
 
+def _get(api, path: str, query: list | None = None):
+    """GET ``path``; the raw response (``status``, ``data``, ``headers``), read in full.
+
+    Transport failures (refused, reset, timed out, cut off mid-answer) become one
+    :class:`ClusterAccessError` naming the server; HTTP errors stay ``ApiException``."""
+    from urllib3.exceptions import HTTPError, MaxRetryError, ReadTimeoutError
+
+    host = api.configuration.host
+    try:
+        resp = api.call_api(
+            path, "GET", query_params=query or [], header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+            _request_timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S),
+        )
+        resp.data  # noqa: B018 (read the whole body here, inside the timeout and the except)
+        return resp
+    except (ReadTimeoutError, MaxRetryError) as exc:
+        if not isinstance(getattr(exc, "reason", exc), ReadTimeoutError):
+            raise ClusterAccessError(f"cannot reach the API server {host}: "
+                                     f"{_redact(api, exc)}") from None
+        raise ClusterAccessError(f"the API server {host} did not answer GET {path} within "
+                                 f"{READ_TIMEOUT_S:g} s") from None
+    except HTTPError as exc:
+        raise ClusterAccessError(f"cannot reach the API server {host}: {_redact(api, exc)}") \
+            from None
+
+
+def _redact(api, value) -> str:
+    """``value`` as text without the bearer token (a server may echo it back)."""
+    text = str(value)
+    token = (api.configuration.api_key or {}).get("authorization", "")
+    for secret in {token, token.removeprefix("Bearer ")} - {"", "Bearer "}:
+        text = text.replace(secret, "<redacted>")
+    return text
+
+
+def _json(api, resp, path: str, kind: str) -> dict:
+    """The answer as a JSON object of ``kind`` (``...List`` matches any list kind); anything
+    else means the kubeconfig's server is not a Kubernetes API server."""
+    host = api.configuration.host
+    ctype = resp.headers.get("Content-Type") or "no Content-Type"
+    try:
+        body = json.loads(resp.data)
+    except (ValueError, UnicodeDecodeError):
+        raise ClusterAccessError(
+            f"{host} answered GET {path} with {len(resp.data)} bytes of {ctype} that are not "
+            "JSON: is the kubeconfig's server a Kubernetes API server?") from None
+    got = body.get("kind") if isinstance(body, dict) else type(body).__name__
+    fits = got == kind or (kind == "...List" and isinstance(got, str) and got.endswith("List"))
+    if not isinstance(body, dict) or not fits or (
+            kind == "...List" and not isinstance(body.get("items") or [], list)):
+        want = "a list" if kind == "...List" else f"an {kind}"
+        raise ClusterAccessError(
+            f"{host} answered GET {path} with JSON of kind {got!r:.40}, not {want}: is the "
+            "kubeconfig's server a Kubernetes API server?")
+    return body
+
+
+def _discovery(api) -> dict | None:
+    """The server's ``/apis`` discovery if it is Kubernetes' (an ``APIGroupList``), else None."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return _json(api, _get(api, "/apis"), "/apis", "APIGroupList")
+    except (ApiException, ClusterAccessError):
+        return None
+
+
+def _group_versions(discovery: dict, group: str) -> list[str]:
+    for entry in discovery.get("groups") or []:
+        if isinstance(entry, dict) and entry.get("name") == group:
+            return [v["groupVersion"] for v in entry.get("versions") or []
+                    if isinstance(v, dict) and isinstance(v.get("groupVersion"), str)]
+    return []
+
+
 def list_all(api, path: str, resource: str, scope: str) -> list[dict]:
     """Every object of a list endpoint, following ``continue`` tokens."""
     from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
 
     items: list[dict] = []
     token = None
+    host = api.configuration.host
     while True:
         query = [("limit", PAGE_SIZE)] + ([("continue", token)] if token else [])
         try:
-            resp = api.call_api(
-                path, "GET", query_params=query, header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
-            )
+            resp = _get(api, path, query)
         except ApiException as exc:
             if exc.status == 404:
-                raise _NotServed(path) from None
+                _not_served(api, path)
             if exc.status in (401, 403):
                 detail = _server_message(exc)
                 raise ClusterAccessError(
@@ -99,42 +293,74 @@ def list_all(api, path: str, resource: str, scope: str) -> list[dict]:
                 ) from None
             raise ClusterAccessError(
                 f"listing {resource} ({scope}) failed: HTTP {exc.status} {exc.reason}: "
-                f"{_server_message(exc)}"
+                f"{_redact(api, _server_message(exc))[:300]}"
             ) from None
-        except HTTPError as exc:
-            host = api.configuration.host
-            raise ClusterAccessError(f"cannot reach the API server {host}: {exc}") from None
-        body = json.loads(resp.data)
-        kind = body.get("kind", "List").removesuffix("List")
+        body = _json(api, resp, path, "...List")
+        kind = body["kind"].removesuffix("List")
         api_version = body.get("apiVersion", "")
         for item in body.get("items") or []:
+            if not isinstance(item, dict):
+                raise ClusterAccessError(f"{host} answered GET {path} with a list whose items "
+                                         "are not objects: not a Kubernetes API answer")
             item.setdefault("kind", kind)  # list items come without kind/apiVersion
             item.setdefault("apiVersion", api_version)
             items.append(item)
-        token = (body.get("metadata") or {}).get("continue")
+        meta = body.get("metadata")
+        token = meta.get("continue") if isinstance(meta, dict) else None
         if not token:
             return items
 
 
-def _served_versions(api) -> list[str]:
-    """The versions of resource.k8s.io the server does serve (discovery), if any."""
-    from kubernetes.client.exceptions import ApiException
+def _not_served(api, path: str):
+    """A 404 on ``path``: "not served" (``_NotServed``, carrying the versions of the group the
+    server does serve) only when the server's discovery is Kubernetes' and agrees; anything
+    else (a web server, a proxy) is an error naming the server."""
+    host = api.configuration.host
+    discovery = _discovery(api)
+    if discovery is None:
+        raise ClusterAccessError(
+            f"{host} answered GET {path} with HTTP 404 but is not a Kubernetes API server (no "
+            "Kubernetes API discovery at /apis): check the kubeconfig's server") from None
+    group_version = "/".join(path.split("/")[2:4])  # /apis/<group>/<version>/...
+    served = _group_versions(discovery, group_version.split("/")[0])
+    if group_version in served:
+        raise ClusterAccessError(
+            f"{host} answered GET {path} with HTTP 404 although its discovery lists "
+            f"{group_version}: a proxy in between? check the kubeconfig's server") from None
+    raise _NotServed(served) from None
 
+
+def _status_body(exc) -> dict | None:
+    """The Kubernetes ``Status`` object an HTTP error carries, if it carries one."""
     try:
-        resp = api.call_api("/apis/resource.k8s.io", "GET",
-                            header_params={"Accept": "application/json"},
-                            auth_settings=["BearerToken"], _preload_content=False,
-                            _return_http_data_only=True)
-        return [v["groupVersion"] for v in json.loads(resp.data).get("versions", [])]
-    except (ApiException, ValueError, KeyError):
-        return []
+        body = json.loads(exc.body)
+    except (TypeError, ValueError):
+        return None
+    return body if isinstance(body, dict) and body.get("kind") == "Status" else None
 
 
 def _server_message(exc) -> str:
+    status = _status_body(exc)
+    if status is not None:
+        return str(status.get("message", ""))
+    body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else exc.body
+    return f"(not a Kubernetes Status: {str(body or '')[:120]!r})"
+
+
+def server_version(api) -> str | None:
+    """The API server's ``gitVersion`` (``v1.35.2``) from ``/version``; None if unreadable (the
+    newest supported allocator then decides, and the report says which one did)."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
     try:
-        return json.loads(exc.body).get("message", "")
-    except (TypeError, ValueError, AttributeError):
-        return str(exc.body or "")[:300]
+        resp = api.call_api("/version", "GET", header_params={"Accept": "application/json"},
+                            auth_settings=["BearerToken"], _preload_content=False,
+                            _return_http_data_only=True)
+        version = json.loads(resp.data).get("gitVersion")
+    except (ApiException, HTTPError, ValueError, AttributeError):
+        return None
+    return version if isinstance(version, str) else None
 
 
 def read_cluster(api, namespace: str | None) -> Snapshot:
@@ -142,12 +368,13 @@ def read_cluster(api, namespace: str | None) -> Snapshot:
     rights, claims) are read."""
     host = api.configuration.host
     snap = Snapshot(source=f"cluster {host}")
+    snap.server_version = server_version(api)
     try:
         snap.device_classes = list_all(api, f"{GROUP_PATH}/deviceclasses", "deviceclasses."
                                        "resource.k8s.io", "cluster scope")
-    except _NotServed:
+    except _NotServed as not_served:
         snap.dra_api = False
-        others = _served_versions(api)
+        others = not_served.args[0]
         snap.notes.append(
             f"{host} answers 404 for {GROUP_PATH}: resource.k8s.io/v1 is not served "
             + (f"(it serves {', '.join(others)} only: DRA before GA; upgrade to Kubernetes "

@@ -102,7 +102,7 @@ def built_template(profile: str | None, shared: str | None, namespace: str | Non
     """The template ``draslice manifests`` renders for a profile or a sharing strategy."""
     from draslice.cluster.templates import Sharing, mig_claim_template, shared_gpu_claim_template
 
-    if profile:
+    if profile is not None:
         return mig_claim_template(profile, namespace=namespace or None)
     if shared not in SHARED_STRATEGIES:
         raise InvalidParameter("shared", shared, f"must be one of {sorted(SHARED_STRATEGIES)}")
@@ -130,12 +130,31 @@ def template_from_cluster(snapshot, name: str, namespace: str | None) -> dict | 
     )
 
 
-def cluster_preflight(snapshot, template: dict | None, on_missing_dra: str = "skip"):
-    """The scheduler's view: a :class:`~draslice.cluster.analysis.PreflightReport`."""
+def kubernetes_release(snapshot, asked: str | None) -> tuple[str, str | None]:
+    """The release whose allocator decides, and a note when it is not what the user expects:
+    ``asked`` (``--kubernetes-version``) if given; else a live cluster's own version, clamped
+    to the supported range; else the newest supported."""
+    from draslice.cluster import allocator
+
+    if asked:
+        return allocator.check_version(asked), None
+    if getattr(snapshot, "server_version", None):
+        return allocator.clamp_version(snapshot.server_version)
+    return allocator.NEWEST, None
+
+
+def cluster_preflight(snapshot, template: dict | None, on_missing_dra: str = "skip",
+                      kubernetes_version: str | None = None):
+    """The scheduler's view: a :class:`~draslice.cluster.analysis.PreflightReport`, decided by
+    the allocator of the chosen Kubernetes release."""
     from draslice.cluster.analysis import analyze
 
     check_on_missing_dra(on_missing_dra)
-    return analyze(snapshot, template, on_missing_dra)
+    version, note = kubernetes_release(snapshot, kubernetes_version)
+    report = analyze(snapshot, template, on_missing_dra, version)
+    if note:
+        report.notes.append(note)
+    return report
 
 
 # --- the pipeline's preflight task -----------------------------------------------------------

@@ -16,7 +16,11 @@ def to_dict(report: PreflightReport) -> dict:
         "reason": report.reason,
         "source": report.source,
         "template": report.template,
+        "kubernetes_version": report.kubernetes_version,
+        "allocator": report.allocator,
         "node": report.node,
+        "allocation": report.allocation,
+        "unschedulable": report.unschedulable,
         "device_classes": report.classes,
         "pools": report.pools,
         "profiles": report.profiles,
@@ -78,6 +82,8 @@ def to_text(report: PreflightReport) -> str:
     lines = [f"preflight: {report.decision.upper()} — {report.reason}", f"source: {report.source}"]
     if report.template:
         lines.append(f"claim template: {report.template}")
+    if report.allocator:
+        lines.append(f"decided by: {report.allocator} (Kubernetes {report.kubernetes_version})")
     lines.append("")
     lines.append("DeviceClasses:")
     if report.classes:
@@ -121,7 +127,8 @@ def to_text(report: PreflightReport) -> str:
         for err in req.errors:
             lines.append(f"  ERROR: {err}")
     if report.node:
-        lines.append(f"  a node that can serve the claim: {report.node}")
+        devices = ", ".join(f"{d['request']}: {d['pool']}/{d['device']}" for d in report.allocation)
+        lines.append(f"  a node that can serve the claim: {report.node} ({devices})")
     if report.diagnosis:
         lines.append("")
         lines.append("Diagnosis:")
@@ -132,7 +139,3 @@ def to_text(report: PreflightReport) -> str:
         lines += [f"  - {n}" for n in report.notes]
     return "\n".join(lines) + "\n"
 
-
-def to_markdown(report: PreflightReport) -> str:
-    """For the KFP UI: the same report in a fenced block under a heading with the decision."""
-    return f"# preflight: {report.decision}\n\n{report.reason}\n\n```text\n{to_text(report)}```\n"

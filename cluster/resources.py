@@ -2,13 +2,15 @@
 
 ``resource.k8s.io/v1`` (and ``v1beta2``) put attributes and capacity on the device; ``v1beta1``
 and ``v1alpha3`` wrap them in ``basic:``, and ``v1alpha3`` writes capacities as bare quantities
-instead of ``{value: ...}``. Everything after this module sees one :class:`Device`.
+instead of ``{value: ...}``. The inventory table, the notes and the diagnosis see one
+:class:`Device`. This model is for *showing* what is published; the allocator program reads the
+objects themselves (see :func:`served_form`) and converts them with Kubernetes' own code.
 
-Pools follow the scheduler's rules: only the newest generation of a pool counts, and a pool
+Pools as the scheduler groups them: only the newest generation of a pool counts, and a pool
 whose newest generation has fewer slices than ``resourceSliceCount`` is incomplete (being
-updated: the allocator still takes single devices from it, but fails "all devices" requests).
-Shared counters (partitionable devices, KEP-4815) are collected per pool, from slices with
-devices or — Kubernetes 1.35+ — slices of their own.
+updated; what the allocator then does depends on the release). Shared counters (partitionable
+devices, KEP-4815) are collected per pool, from slices with devices or — Kubernetes 1.35+ —
+slices of their own.
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from draslice.cluster.cel import Version
-
-STANDARD_DOMAIN = "resource.kubernetes.io"
 _ATTRIBUTE_KINDS = ("string", "int", "bool", "version")
+
+
+@dataclass(frozen=True)
+class Version:
+    """A ``version`` attribute value (a semver string), kept apart from plain strings."""
+
+    text: str
 
 
 class SliceFormatError(ValueError):
@@ -79,9 +85,6 @@ class Pool:
 class Inventory:
     pools: dict[tuple[str, str], Pool]
     devices: list[Device]  # from the newest generation of every pool
-
-    def drivers(self) -> list[str]:
-        return sorted({p.driver for p in self.pools.values()})
 
     def pool_of(self, device: Device) -> Pool:
         return self.pools[(device.driver, device.pool)]
@@ -162,6 +165,40 @@ def _slice_node(spec: dict) -> str:
     return "(per device)"
 
 
+def _pool_int(obj: dict, key: str, default: int | None = 0) -> int | None:
+    """``spec.pool.<key>`` as the integer the API requires, or a SliceFormatError naming it."""
+    value = obj["spec"]["pool"].get(key, default)
+    if value is default:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        name = (obj.get("metadata") or {}).get("name", "?")
+        raise SliceFormatError(
+            f"ResourceSlice {name}: spec.pool.{key} must be an integer, got {value!r}"
+        )
+    return value
+
+
+def served_form(obj: dict) -> dict:
+    """An object in a version the allocator reads. Kubernetes' conversion code (in the
+    allocator program) turns v1beta1 and v1beta2 into v1; v1alpha3, which no release we support
+    serves and Kubernetes no longer converts, differs from v1beta1 only in writing capacities as
+    bare quantities, so it is relabelled v1beta1 here with ``{value: ...}`` capacities."""
+    if obj.get("apiVersion") != "resource.k8s.io/v1alpha3":
+        return obj
+    out = {**obj, "apiVersion": "resource.k8s.io/v1beta1"}
+    if obj.get("kind") == "ResourceSlice" and isinstance(obj.get("spec"), dict):
+        devices = []
+        for raw in obj["spec"].get("devices") or []:
+            basic = raw.get("basic") if isinstance(raw, dict) else None
+            if isinstance(basic, dict) and isinstance(basic.get("capacity"), dict):
+                capacity = {k: v if isinstance(v, dict) else {"value": v}
+                            for k, v in basic["capacity"].items()}
+                raw = {**raw, "basic": {**basic, "capacity": capacity}}
+            devices.append(raw)
+        out["spec"] = {**obj["spec"], "devices": devices}
+    return out
+
+
 def build_inventory(slices: list[dict]) -> Inventory:
     """Pools and the devices of their newest generations, from ResourceSlice objects."""
     by_pool: dict[tuple[str, str], list[dict]] = defaultdict(list)
@@ -177,12 +214,13 @@ def build_inventory(slices: list[dict]) -> Inventory:
     pools: dict[tuple[str, str], Pool] = {}
     devices: list[Device] = []
     for (driver, pool_name), members in sorted(by_pool.items()):
-        newest = max(int(m["spec"]["pool"].get("generation", 0)) for m in members)
-        current = [m for m in members if int(m["spec"]["pool"].get("generation", 0)) == newest]
-        counts = {m["spec"]["pool"].get("resourceSliceCount") for m in current} - {None}
+        generations = [_pool_int(m, "generation") for m in members]
+        newest = max(generations)
+        current = [m for m, g in zip(members, generations, strict=True) if g == newest]
+        counts = {_pool_int(m, "resourceSliceCount", None) for m in current} - {None}
         pool = Pool(
             driver=driver, name=pool_name, generation=newest,
-            expected_slices=max(int(c) for c in counts) if counts else None,
+            expected_slices=max(counts) if counts else None,
             stale_slices=sorted(
                 m["metadata"].get("name", "?") for m in members if m not in current
             ),

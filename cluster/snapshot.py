@@ -70,6 +70,7 @@ class Snapshot:
     dra_api: bool = True  # False: the cluster does not serve resource.k8s.io/v1 at all
     notes: list[str] = field(default_factory=list)  # what could not be read, and why
     cache: dict = field(default_factory=dict, repr=False)  # derived once (see analysis.py)
+    server_version: str | None = None  # the live cluster's gitVersion (v1.35.2), if read
 
     def add(self, obj: dict) -> bool:
         attr = KINDS.get(obj.get("kind", ""))
@@ -107,9 +108,15 @@ def load_snapshot(path: str | Path) -> Snapshot:
     """Read a ``kubectl get ... -o yaml`` dump (a List or several documents)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SnapshotError(f"cannot read snapshot {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SnapshotError(
+            f"{path}: not a text file (byte {exc.object[exc.start]:#04x} at offset {exc.start} "
+            "is not UTF-8); expected the YAML of `kubectl get deviceclasses,resourceslices,"
+            "resourceclaims,resourceclaimtemplates -A -o yaml`"
+        ) from None
     snap = Snapshot(source=str(path))
     loader = yaml.SafeLoader(text)
     try:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from draslice.cluster.cel import check_expression
+from draslice.cluster.cel import check_expressions
 from draslice.cluster.names import validate_dns_label, validate_template_name
 from draslice.errors import InvalidParameter
 
@@ -115,10 +115,10 @@ class Sharing:
 
 
 def _template(name: str, namespace: str | None, request: dict, config: list[dict]) -> dict:
-    """The ResourceClaimTemplate; its CEL selectors are compiled here, so a typo fails now."""
+    """The ResourceClaimTemplate; its CEL selectors are checked here as the API server checks
+    them (cluster/cel.py), so a template the server would refuse fails now, when rendered."""
     validate_template_name(name)
-    for selector in request["exactly"].get("selectors", []):
-        check_expression(selector["cel"]["expression"])
+    check_expressions([s["cel"]["expression"] for s in request["exactly"].get("selectors", [])])
     metadata: dict = {"name": name}
     if namespace:
         validate_dns_label(namespace, "namespace")

@@ -28,9 +28,7 @@ def _resolve(channel_ref: str, io_store: Any) -> Any:
 
 
 def install() -> None:
-    """Idempotent: patch the condition evaluator once per process."""
-    if _edo.ConditionEvaluator._resolve_pipeline_channel is not _resolve_static:
-        _edo.ConditionEvaluator._resolve_pipeline_channel = _resolve_static
-
-
-_resolve_static = staticmethod(_resolve).__func__
+    """Idempotent: patch the condition evaluator once per process (kfp calls the method on
+    the class, so the plain function is what it gets back)."""
+    if _edo.ConditionEvaluator._resolve_pipeline_channel is not _resolve:
+        _edo.ConditionEvaluator._resolve_pipeline_channel = staticmethod(_resolve)

@@ -16,7 +16,8 @@ from kfp import local
 
 from draslice.pipelines import kfp_local_fixes
 from draslice.pipelines.claim import ClaimMode
-from draslice.pipelines.slice_sft import DEFAULT_TEMPLATE, build_sft_pipeline
+from draslice.pipelines.demo import pipeline as demo
+from draslice.pipelines.steps import DEFAULT_TEMPLATE
 
 
 @dataclass
@@ -51,14 +52,14 @@ def run_pipeline(
     template: str = DEFAULT_TEMPLATE,
     mode: str | ClaimMode = ClaimMode.POLICY,
 ) -> LocalRun:
-    """Run the SFT pipeline locally with ``params``; a failed task is reported, not raised."""
+    """Run the demo pipeline locally with ``params``; a failed task is reported, not raised."""
     kfp_local_fixes.install()
     local.init(
         runner=local.SubprocessRunner(use_venv=False),
         pipeline_root=str(run_dir),
         raise_on_error=True,
     )
-    pipeline = build_sft_pipeline(template, mode)
+    pipeline = demo.build(template, mode)
     try:
         pipeline(**params)
         succeeded = True

@@ -12,30 +12,22 @@ from pathlib import Path
 
 from kfp import compiler
 
+from draslice.pipelines import canary, demo, finetune, finetune_artifact
 from draslice.pipelines.claim import ClaimMode
-from draslice.pipelines.slice_sft import (
-    DEFAULT_MOUNT,
-    DEFAULT_PVC,
-    MODEL_SOURCES,
-    build_canary_pipeline,
-    build_finetune_pipeline,
-    build_sft_pipeline,
-)
+from draslice.pipelines.steps import DEFAULT_MOUNT, DEFAULT_PVC
 
 TEMPLATES = ("mig-1g-6gb", "shared-gpu-timeslice")
+# Each pipeline's module (pipelines/<name>/pipeline.py) by its kind: the compiled file's stem.
+PIPELINES = {m.KIND: m for m in (demo.pipeline, canary.pipeline, finetune.pipeline,
+                                 finetune_artifact.pipeline)}
+VOLUME_KINDS = (finetune.pipeline.KIND, finetune_artifact.pipeline.KIND)  # mount a PVC
+KINDS = tuple(PIPELINES)
 GPU_EXECUTORS = {
-    "sft": ("exec-smoke", "exec-sft"),
-    "canary": ("exec-smoke",),
-    "finetune": ("exec-smoke", "exec-finetune"),
-    "finetune-artifact": ("exec-smoke", "exec-finetune"),
+    demo.pipeline.KIND: ("exec-smoke", "exec-finetune"),
+    canary.pipeline.KIND: ("exec-smoke",),
+    finetune.pipeline.KIND: ("exec-smoke", "exec-finetune"),
+    finetune_artifact.pipeline.KIND: ("exec-smoke", "exec-finetune"),
 }
-BUILDERS = {
-    "sft": build_sft_pipeline,
-    "canary": build_canary_pipeline,
-}
-# The finetune kinds and where each takes its base model from (build_finetune_pipeline).
-FINETUNE_KINDS = {kind: source for source, kind in MODEL_SOURCES.items()}
-KINDS = (*BUILDERS, *FINETUNE_KINDS)
 
 
 @dataclass(frozen=True)
@@ -43,7 +35,7 @@ class Variant:
     kind: str  # one of KINDS
     template: str
     mode: ClaimMode
-    pvc_name: str = DEFAULT_PVC  # finetune kinds only: the data volume, fixed at compile time
+    pvc_name: str = DEFAULT_PVC  # VOLUME_KINDS only: the data volume, fixed at compile time
     mount_path: str = DEFAULT_MOUNT
     kueue_queue: str | None = None  # never set for the committed compiled/ files
 
@@ -52,17 +44,17 @@ class Variant:
         return f"{self.kind}.{self.mode.value}.{self.template}.yaml"
 
     def build(self) -> Callable:
-        if self.kind in FINETUNE_KINDS:
-            return build_finetune_pipeline(self.template, self.mode, self.pvc_name,
-                                           self.mount_path, self.kueue_queue,
-                                           model_source=FINETUNE_KINDS[self.kind])
-        return BUILDERS[self.kind](self.template, self.mode, self.kueue_queue)
+        module = PIPELINES[self.kind]
+        if self.kind in VOLUME_KINDS:
+            return module.build(self.template, self.mode, self.kueue_queue, self.pvc_name,
+                                self.mount_path)
+        return module.build(self.template, self.mode, self.kueue_queue)
 
 
 VARIANTS = (
-    *(Variant("sft", t, m) for m in ClaimMode for t in TEMPLATES),
-    *(Variant("canary", t, ClaimMode.POLICY) for t in TEMPLATES),
-    *(Variant(k, t, m) for k in FINETUNE_KINDS for m in ClaimMode for t in TEMPLATES),
+    *(Variant(demo.pipeline.KIND, t, m) for m in ClaimMode for t in TEMPLATES),
+    *(Variant(canary.pipeline.KIND, t, ClaimMode.POLICY) for t in TEMPLATES),
+    *(Variant(k, t, m) for k in VOLUME_KINDS for m in ClaimMode for t in TEMPLATES),
 )
 
 

@@ -19,7 +19,10 @@ import torch
 from draslice.errors import MissingDependency, SliceOutOfMemory
 from draslice.sizing.profiles import Recommendation, SliceProfile, recommend
 from draslice.trainer import budget
-from draslice.trainer.sft import SFTConfig, SFTResult, train
+from draslice.trainer.artifacts import SFTResult
+from draslice.trainer.config import SFTConfig
+from draslice.trainer.inputs import check_model_and_data
+from draslice.trainer.sft import train
 
 MEASURE_STEPS = 3
 
@@ -71,6 +74,7 @@ def advise(cfg: SFTConfig, candidates: list[SliceProfile],
            peak_gib: float | None = None, try_knobs: bool = True) -> Advice:
     """Measure (unless ``peak_gib`` is given), recommend, and try levers for the next size."""
     if peak_gib is None:
+        check_model_and_data(cfg)  # a bad model or data file is named as `train` names it
         result = measure(cfg, steps)
         peak, device = result.peak_mem_gib, result.device["name"]
         on_cuda = result.device["device"].startswith("cuda")

@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass
 from draslice.errors import InvalidParameter
 from draslice.trainer import budget
 
-GUIDE = "NVIDIA MIG user guide, Supported MIG Profiles"
 H100_LGIP = "nvidia-smi mig -lgip on an H100 80GB (jbarrow.ai/field_notes/nvidia-mig)"
 A100_SLICE = "ResourceSlice capacity memory: 9728Mi (fixtures a100-80gb-mig-1g10gb)"
 SEED_RULE = "the seed guide's budgets (1g.6gb: 5.75 GiB, 2g.12gb: 11.5 GiB)"

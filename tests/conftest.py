@@ -27,7 +27,8 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory):
     """One default (seed-config) SFT run on the CPU, shared by the tests that read its output."""
-    from draslice.trainer.sft import SFTConfig, train
+    from draslice.trainer.config import SFTConfig
+    from draslice.trainer.sft import train
 
     out = tmp_path_factory.mktemp("sft")
     lines: list[str] = []

@@ -40,9 +40,9 @@ CHAT_TEMPLATE = (
 PRESETS: dict[str, dict] = {
     # Test sizes: a few hundred thousand parameters, built and trained in seconds on a CPU.
     "tiny-gpt2": dict(arch="gpt2", hidden_size=64, num_layers=2, num_heads=4,
-                      vocab_size=512, max_positions=256),
+                      vocab_size=512, max_positions=512),
     "tiny-llama": dict(arch="llama", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
-                       intermediate_size=128, vocab_size=512, max_positions=256),
+                       intermediate_size=128, vocab_size=512, max_positions=512),
     # GPT-2 small (124M with the 50257 vocabulary).
     "gpt2-124m": dict(arch="gpt2", hidden_size=768, num_layers=12, num_heads=12,
                       vocab_size=50257, max_positions=1024),

@@ -37,7 +37,7 @@ def test_nothing_is_fetched_at_run_time():
     env = DOCKERFILE[DOCKERFILE.index("ENV "):]
     for var in ("HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "PIP_NO_INDEX=1"):
         assert var in env
-    assert 'pip install --no-cache-dir "$(ls /wheels/draslice-*.whl)[qlora]"' in DOCKERFILE
+    assert 'pip install --no-cache-dir "$(ls /wheels/draslice-*.whl)[qlora,speed]"' in DOCKERFILE
 
 
 def test_the_image_can_run_qlora():
@@ -46,7 +46,30 @@ def test_the_image_can_run_qlora():
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert any(r.startswith("bitsandbytes")
                for r in pyproject["project"]["optional-dependencies"]["qlora"])
-    assert "[qlora]" in DOCKERFILE
+    assert "[qlora,speed]" in DOCKERFILE
     (check,) = [i for i in INSTRUCTIONS if "python -c" in i]
     assert "bitsandbytes" in check
     assert "ADD http" not in DOCKERFILE and "curl" not in DOCKERFILE
+
+
+def test_the_image_runs_the_fast_kernels():
+    """``compile="auto"`` applies Liger's kernels to Llama/Qwen on a GPU when liger-kernel is
+    installed (trainer/speed.py): the image installs the speed extra that declares it."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert any(r.startswith("liger-kernel")
+               for r in pyproject["project"]["optional-dependencies"]["speed"])
+    assert "[qlora,speed]" in DOCKERFILE
+
+
+def test_the_image_carries_the_allocator_built_from_source():
+    """A Go build stage compiles the DRA allocator for every supported release, the wheel is
+    built for the image's platform with those binaries, and each one runs before the image is
+    done."""
+    from draslice.cluster.allocator import SUPPORTED
+
+    assert "AS allocator" in DOCKERFILE and "CGO_ENABLED=0" in DOCKERFILE
+    loop = next(i for i in INSTRUCTIONS if i.startswith("RUN for v in"))
+    assert loop.split("for v in ")[1].split(";")[0].split() == list(SUPPORTED)
+    assert "COPY --from=allocator /out/ build/allocator/" in DOCKERFILE
+    assert "DRASLICE_WHEEL_PLATFORM=linux-${TARGETARCH}" in DOCKERFILE
+    assert '"$b" --version' in DOCKERFILE

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from draslice.errors import InvalidParameter
+from draslice.trainer.config import KNOBS
 
-DEFAULT_HEADROOM = 0.10
+DEFAULT_HEADROOM = KNOBS["memory_headroom"].default
 
 
 def check_headroom(headroom: float) -> float:
-    if not 0.0 <= headroom < 1.0:
-        raise InvalidParameter("memory_headroom", headroom, "must be a fraction in [0, 1)")
+    KNOBS["memory_headroom"].check(headroom)
     return headroom
 
 
@@ -30,18 +29,23 @@ def fits(peak_gib: float, slice_mem_gib: float, headroom: float = DEFAULT_HEADRO
 
 
 @dataclass(frozen=True)
-class Knob:
-    """A memory lever: the flag a user sets, why it saves memory, the config change."""
+class Lever:
+    """A memory lever: the knobs it changes and why that saves memory."""
 
-    flag: str
     why: str
     changes: dict
+
+    @property
+    def flag(self) -> str:
+        """What a user types for it: the knobs' ``draslice train`` flags."""
+        return " ".join("--" + name.replace("_", "-") + ("" if value is True else f" {value}")
+                        for name, value in self.changes.items())
 
     def describe(self) -> str:
         return f"{self.flag} ({self.why})"
 
 
-def knobs_to_try(cfg) -> list[Knob]:
+def knobs_to_try(cfg) -> list[Lever]:
     """Memory levers a fine-tune config does not use yet, the cheapest in speed first.
 
     ``cfg`` is an ``SFTConfig`` (duck-typed, so this module stays free of the trainer).
@@ -49,27 +53,24 @@ def knobs_to_try(cfg) -> list[Knob]:
     real = bool(getattr(cfg, "model_dir", ""))
     knobs = []
     if not cfg.gradient_checkpointing:
-        knobs.append(Knob("--gradient-checkpointing",
-                          "activations are recomputed in backward instead of kept; ~30% slower",
-                          {"gradient_checkpointing": True}))
+        knobs.append(Lever("activations are recomputed in backward instead of kept; ~30% slower",
+                           {"gradient_checkpointing": True}))
     if not cfg.bf16_weights and not cfg.load_in_4bit:
-        knobs.append(Knob("--bf16-weights", "halves the frozen base's weights",
-                          {"bf16_weights": True}))
+        knobs.append(Lever("halves the frozen base's weights", {"bf16_weights": True}))
     if cfg.batch_size > 1:
         half = max(1, cfg.batch_size // 2)
-        knobs.append(Knob(f"--batch-size {half}", "half the activations per step",
-                          {"batch_size": half}))
+        knobs.append(Lever("half the activations per step", {"batch_size": half}))
     if real and not cfg.load_in_4bit:
-        knobs.append(Knob("--load-in-4bit", "QLoRA: a 4-bit base, about a quarter of bf16; "
-                          "needs bitsandbytes", {"load_in_4bit": True}))
+        knobs.append(Lever("QLoRA: a 4-bit base, about a quarter of bf16; needs bitsandbytes",
+                           {"load_in_4bit": True}))
     if real and cfg.max_length > 64:
         half = cfg.max_length // 2
-        knobs.append(Knob(f"--max-length {half}", "shorter sequences; cuts long examples",
-                          {"max_length": half}))
+        knobs.append(Lever("shorter sequences; cuts long examples", {"max_length": half}))
     return knobs
 
 
-def oom_advice(slice_mem_gib: float, reached_gib: float, knobs: list[Knob] | None = None) -> str:
+def oom_advice(slice_mem_gib: float, reached_gib: float, knobs: list[Lever] | None = None
+               ) -> str:
     """What to tell a user whose job ran out of memory inside a slice."""
     advice = (
         f"out of memory inside the slice: the slice has {slice_mem_gib:.2f} GiB and the job "

@@ -1,47 +1,55 @@
 """Checkpoints that survive a killed pod: written atomically, resumed by rerunning the task.
 
-A checkpoint is a directory ``step-00000050`` holding the adapter (``save_pretrained``) and
+A checkpoint is a directory ``step-00000050`` holding the adapter (``save_pretrained``),
 ``state.pt`` (optimizer, LR scheduler, RNG states, the batch sampler's position, the losses so
-far, the step). It is written under a temporary name and renamed into place, so a reader sees
+far, the step, the inputs' content fingerprint) and ``files.json`` (every file's size, written
+last). It is written under a temporary name, fsynced and renamed into place, so a reader sees
 either a whole checkpoint or none — a SIGKILL mid-write leaves only a ``.tmp-*`` directory,
-which the next run deletes. Only the newest ``KEEP`` checkpoints are kept.
+which the next run deletes, and a full disk ends in one line (``outputs.write_errors``) with
+the partial directory removed. Only the newest ``KEEP`` checkpoints are kept.
 
-The same is true of the final adapter: :func:`replace_dir` swaps a finished directory in.
+A checkpoint damaged after it was written (a missing or truncated file: a copy that stopped,
+a volume that lost unsynced data) is found by :func:`whole_problem`; :func:`latest_whole`
+skips and deletes it, naming it, and resumes from the previous whole one.
+
+Resuming is refused, with the reason, when the checkpoint belongs to another run: another
+config (``IDENTITY``), other model or data *content* (``inputs.fingerprint``), or more steps
+than this run asks for.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from draslice.errors import DrasliceError
+from draslice.errors import DrasliceError, InvalidParameter
+from draslice.trainer import inputs, outputs
 
+DIR = "checkpoints"  # under the output folder, unless a checkpoint folder is given
 PREFIX = "step-"
-TMP_PREFIX = ".tmp-"
+TMP_PREFIX = outputs.TMP_PREFIX
 STATE_FILE = "state.pt"
 ADAPTER = "adapter"
+WEIGHTS = f"{ADAPTER}/adapter_model.safetensors"
+FILES = "files.json"
 KEEP = 2
-# Config fields that must match for a checkpoint to belong to this run.
-IDENTITY = ("shape", "model_dir", "data", "data_format", "max_length", "pack", "eval_fraction",
+# Config fields that must match for a checkpoint to belong to this run. The model and data are
+# compared by content (``inputs.fingerprint``), not by path; ``steps`` too with a cosine
+# schedule, whose rate at every step depends on the run's length.
+IDENTITY = ("shape", "data_format", "max_length", "pack", "eval_fraction",
             "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "batch_size",
             "learning_rate", "weight_decay", "lr_schedule", "warmup_steps", "seed",
             "load_in_4bit", "bf16_weights", "dataset_size", "alphabet")
+INPUT_PATHS = ("model_dir", "data")  # compared only for checkpoints without a fingerprint
 
-
-def replace_dir(tmp: Path, final: Path) -> None:
-    """Move the finished ``tmp`` to ``final`` (replacing an older one) by renames only."""
-    old = final.with_name(f"{TMP_PREFIX}old-{final.name}")
-    if old.exists():
-        shutil.rmtree(old)
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    if old.exists():
-        shutil.rmtree(old)
+replace_dir = outputs.replace_path  # the final adapter and merged export swap in the same way
 
 
 def rng_state() -> dict:
@@ -65,9 +73,16 @@ def save(root: Path, step: int, model, state: dict) -> Path:
     tmp = root / f"{TMP_PREFIX}{final.name}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    model.save_pretrained(tmp / ADAPTER)
-    torch.save({**state, "step": step, "rng": rng_state()}, tmp / STATE_FILE)
-    replace_dir(tmp, final)
+    config = state.get("config", {})
+    fingerprint = inputs.fingerprint(config)
+    with outputs.write_errors(f"checkpoint {final.name}", root, tmp):
+        model.save_pretrained(tmp / ADAPTER)
+        torch.save({**state, "step": step, "rng": rng_state(), "inputs": fingerprint},
+                   tmp / STATE_FILE)
+        about = {"step": step, "config": config, "inputs": fingerprint,
+                 "files": outputs.sizes(tmp, [ADAPTER, STATE_FILE])}
+        (tmp / FILES).write_text(json.dumps(about, indent=2) + "\n")
+        replace_dir(tmp, final)
     for stale in completed(root)[:-KEEP]:
         shutil.rmtree(stale)
     return final
@@ -93,6 +108,91 @@ def latest(root: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def whole_problem(path: Path) -> str | None:
+    """What is wrong with checkpoint ``path`` (a missing, truncated or unreadable file), or
+    None when it is whole: sizes against ``files.json`` (written last; checkpoints of older
+    versions have none), the adapter's safetensors header, and the CRC of every record in
+    ``state.pt`` (a zip archive)."""
+    from safetensors import SafetensorError, safe_open
+
+    for needed in (WEIGHTS, STATE_FILE):
+        if not (path / needed).is_file():
+            return f"{path / needed} is missing"
+    if (path / FILES).exists():
+        try:
+            problem = outputs.size_problem(path, json.loads((path / FILES).read_text())["files"])
+        except (ValueError, TypeError, KeyError, AttributeError) as err:
+            return f"{path / FILES} is not a checkpoint's file list ({err})"
+        if problem:
+            return problem
+    try:
+        with safe_open(str(path / WEIGHTS), "pt"):
+            pass
+    except (SafetensorError, OSError) as err:
+        return f"{path / WEIGHTS}: {err}"
+    try:
+        with zipfile.ZipFile(path / STATE_FILE) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        return f"{path / STATE_FILE}: {err}"
+    return f"{path / STATE_FILE}: record {bad} is corrupt" if bad else None
+
+
+def latest_whole(root: Path, log: Callable[[str], None] = print) -> Path | None:
+    """The newest whole checkpoint; damaged newer ones are named in the log and deleted (they
+    would otherwise stay the newest by name, and a later save would prune the good ones)."""
+    for path in reversed(completed(root)):
+        problem = whole_problem(path)
+        if problem is None:
+            return path
+        log(f"[checkpoint] {path.name} is damaged ({problem}); deleted it, resuming from the "
+            "one before")
+        shutil.rmtree(path, ignore_errors=True)
+    return None
+
+
+def _about(path: Path) -> dict:
+    """The step, config and input fingerprint a whole checkpoint was written with."""
+    if (path / FILES).is_file():
+        return json.loads((path / FILES).read_text())
+    return torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
+
+
+def check_resumable(root: Path, config: dict) -> None:
+    """Refuse, before any work, to resume a checkpoint under ``root`` that belongs to another
+    run (config, model or data content) or lies past ``config["steps"]``; damaged ones are left
+    for :func:`latest_whole` to skip."""
+    for path in reversed(completed(root)):
+        if whole_problem(path) is None:
+            check_same_run(path, _about(path), config)
+            return
+
+
+def check_same_run(path: Path, about: dict, config: dict) -> None:
+    saved = about.get("config", {})
+    keys = [*IDENTITY, *(() if "inputs" in about else INPUT_PATHS)]
+    if saved.get("lr_schedule") == "cosine":
+        keys.append("steps")
+    differs = [f"{k}: {saved[k]!r} there, {config.get(k)!r} now"
+               for k in keys if k in saved and saved[k] != config.get(k)]
+    differs += [f"the {name}'s content changed (sha256 of {config.get(key)!r} differs)"
+                for name, key in (("model", "model_dir"), ("data", "data"))
+                if name in inputs.changed_inputs(about.get("inputs", {}), config)]
+    if differs:
+        raise DrasliceError(
+            f"{path} is a checkpoint of a different run ({'; '.join(differs)}); use another "
+            "output (or checkpoint) directory, or delete it to start over"
+        )
+    step, steps = about["step"], config.get("steps", about["step"])
+    if step > steps:
+        raise InvalidParameter(
+            "steps", steps,
+            f"must be at least {step}: {path} is a checkpoint of this run at step {step}; "
+            f"give steps >= {step} to continue it, or another output (or checkpoint) "
+            f"directory, or delete {path.parent} to train {steps} steps from scratch",
+        )
+
+
 def load(path: Path, model, config: dict) -> dict:
     """Load checkpoint ``path`` into ``model`` (adapter weights) and return its state.
 
@@ -102,15 +202,8 @@ def load(path: Path, model, config: dict) -> dict:
     from safetensors.torch import load_file
 
     state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
-    saved = state.get("config", {})
-    differs = [k for k in IDENTITY if k in saved and saved[k] != config.get(k)]
-    if differs:
-        detail = ", ".join(f"{k}: {saved[k]!r} there, {config.get(k)!r} now" for k in differs)
-        raise DrasliceError(
-            f"{path} is a checkpoint of a different run ({detail}); use another output "
-            "(or checkpoint) directory, or delete it to start over"
-        )
-    weights = load_file(str(path / ADAPTER / "adapter_model.safetensors"))
+    check_same_run(path, state, config)
+    weights = load_file(str(path / WEIGHTS))
     device = next(p.device for p in model.parameters() if p.requires_grad)
     set_peft_model_state_dict(model, {k: v.to(device) for k, v in weights.items()})
     return state

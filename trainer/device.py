@@ -11,15 +11,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import torch
 
-from draslice.errors import InvalidParameter
+from draslice.errors import InvalidParameter, SliceOutOfMemory
+from draslice.trainer import budget
+from draslice.trainer.config import DEVICE_CHOICES, PRECISIONS
 from draslice.trainer.loglines import GIB, gib
-
-DEVICE_CHOICES = "'auto', 'cpu', 'cuda' or 'cuda:N'"
-PRECISION_CHOICES = ("auto", "bf16", "fp32")
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,8 @@ def resolve_device(spec: str) -> torch.device:
 def resolve_precision(spec: str, device: torch.device) -> str:
     """``auto`` is bf16 on a CUDA device that supports it and fp32 everywhere else."""
     spec = (spec or "auto").strip().lower()
-    if spec not in PRECISION_CHOICES:
-        raise InvalidParameter("precision", spec, f"must be one of {', '.join(PRECISION_CHOICES)}")
+    if spec not in PRECISIONS:
+        raise InvalidParameter("precision", spec, f"must be one of {', '.join(PRECISIONS)}")
     if spec == "auto":
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
             return "bf16"
@@ -187,6 +188,18 @@ def peak_memory_bytes(device: torch.device) -> int:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+@contextmanager
+def out_of_memory_explained(device: torch.device, slice_mem_gib: float,
+                            knobs: list[budget.Lever]) -> Iterator[None]:
+    """Turn an allocation that failed inside the slice into :class:`SliceOutOfMemory`: how
+    much the slice has, how far the job got, which levers are not in use yet."""
+    try:
+        yield
+    except torch.OutOfMemoryError as err:
+        reached = gib(peak_memory_bytes(device))
+        raise SliceOutOfMemory(budget.oom_advice(slice_mem_gib, reached, knobs)) from err
 
 
 def reset_peak(device: torch.device) -> None:

@@ -7,8 +7,9 @@ Each becomes ``(input_ids, labels)`` where ``labels`` is ``-100`` on every promp
 user token: the loss is taken on what the model should *say* (the completion, the assistant
 turns), never on what it is told.
 
-Every bad input names the file, the line (JSONL) and what would be valid: a malformed JSON line,
-missing columns, an empty file, a tokenizer without a chat template.
+Every bad input names the file, the line (JSONL) and what would be valid: bytes that are not
+UTF-8, a malformed JSON line, missing columns, an empty file, a chat with an unknown role or
+turns out of order, a tokenizer without a chat template.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from pathlib import Path
 import torch
 
 from draslice.errors import DatasetError, InvalidParameter
+from draslice.trainer.config import DATA_FORMATS
 
 IGNORE = -100  # the label torch's cross-entropy skips
-FORMATS = ("auto", "prompt-completion", "chat", "datasets")
+FORMATS = DATA_FORMATS  # declared with the data_format knob
 PROMPT_COMPLETION = ("prompt", "completion")
 CHAT = ("messages",)
+ROLES = ("system", "user", "assistant")
 
 
 @dataclass
@@ -96,9 +99,24 @@ def _format_of_columns(columns, where: str) -> str:
 
 
 def _jsonl_records(path: Path):
-    """(line number, object) for each non-blank line; a bad line is named by number."""
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    """(line number, object) for each non-blank line; a bad line is named by number.
+
+    Lines are read as bytes and decoded one by one, so a binary or non-UTF-8 file is named by
+    line and byte offset instead of failing inside the text reader with no location.
+    """
+    offset = 0
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                bad = raw[err.start]
+                raise DatasetError(
+                    f"{path}:{number}: not UTF-8 text (byte 0x{bad:02x} at byte offset "
+                    f"{offset + err.start}); the data must be JSONL (UTF-8, one JSON object per "
+                    "line) or a directory written by datasets' save_to_disk"
+                ) from None
+            offset += len(raw)
             if not line.strip():
                 continue
             try:
@@ -140,7 +158,44 @@ def read_records(path: str | Path, fmt: str = "auto") -> tuple[str, list[tuple[s
                 f"{where}: missing column(s) {missing} for the {fmt} format; "
                 f"the record has {sorted(record)}"
             )
+        if fmt == "chat":
+            check_messages(record["messages"], where)
     return fmt, records
+
+
+def check_messages(messages, where: str) -> None:
+    """A conversation the loss can be put on: known roles, in the order chat templates expect.
+
+    An optional first ``system`` message, then ``user`` and ``assistant`` turns alternating,
+    starting with ``user``, with at least one ``assistant`` turn. Many templates raise on
+    anything else, and the rest render it silently into a prompt the model never sees in use.
+    """
+    if not isinstance(messages, list) or not messages or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in messages
+    ):
+        raise DatasetError(
+            f"{where}: 'messages' must be a list of {{'role': str, 'content': str}} objects, "
+            "not empty"
+        )
+    expected = "user"
+    for i, message in enumerate(messages):
+        role = message["role"]
+        if role not in ROLES:
+            raise DatasetError(
+                f"{where}: messages[{i}] has role {role!r}; valid roles: {', '.join(ROLES)}"
+            )
+        if role == "system" and i == 0:
+            continue
+        if role != expected:
+            raise DatasetError(
+                f"{where}: messages[{i}] is {role!r} where {expected!r} must come; valid order: "
+                "an optional first 'system', then 'user' and 'assistant' alternating, "
+                "starting with 'user'"
+            )
+        expected = "assistant" if role == "user" else "user"
+    if not any(m["role"] == "assistant" for m in messages):
+        raise DatasetError(f"{where}: no 'assistant' message: there is nothing to learn")
 
 
 def _dataset_dir_records(path: Path) -> list[tuple[str, dict]]:
@@ -184,25 +239,15 @@ def tokenize_chat(tokenizer, record: dict, where: str) -> tuple[list[int], list[
     Each assistant turn's characters are found by rendering the conversation up to it (with
     the generation prompt) and through it; the tokens starting inside those spans are labels.
     """
-    messages = record["messages"]
-    if not isinstance(messages, list) or not all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-        for m in messages
-    ):
-        raise DatasetError(
-            f"{where}: 'messages' must be a list of {{'role': str, 'content': str}} objects"
-        )
-    if not any(m["role"] == "assistant" for m in messages):
-        raise DatasetError(f"{where}: no 'assistant' message: there is nothing to learn")
-    messages = [{"role": m["role"], "content": m["content"]} for m in messages]
-    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    check_messages(record["messages"], where)
+    messages = [{"role": m["role"], "content": m["content"]} for m in record["messages"]]
+    text = _render(tokenizer, messages, where)
     spans = []
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        before = tokenizer.apply_chat_template(messages[:i], tokenize=False,
-                                               add_generation_prompt=True) if i else ""
-        through = tokenizer.apply_chat_template(messages[: i + 1], tokenize=False)
+        before = _render(tokenizer, messages[:i], where, add_generation_prompt=True) if i else ""
+        through = _render(tokenizer, messages[: i + 1], where)
         if not (text.startswith(before) and text.startswith(through)):
             raise DatasetError(
                 f"{where}: the tokenizer's chat template renders a conversation differently "
@@ -216,6 +261,19 @@ def tokenize_chat(tokenizer, record: dict, where: str) -> tuple[list[int], list[
         for tok, (start, _end) in zip(ids, encoded["offset_mapping"], strict=True)
     ]
     return ids, labels
+
+
+def _render(tokenizer, messages: list[dict], where: str, add_generation_prompt: bool = False
+            ) -> str:
+    """The chat template's text; a template that refuses the conversation is named."""
+    from jinja2 import TemplateError
+
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=add_generation_prompt)
+    except TemplateError as err:
+        raise DatasetError(f"{where}: the tokenizer's chat template refuses this "
+                           f"conversation: {err}") from err
 
 
 def check_tokenizer(tokenizer, fmt: str, source: str) -> None:

@@ -9,7 +9,7 @@ strictly offline: a hub id fails here with a clear message instead of hanging on
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import json
 from pathlib import Path
 
 import torch
@@ -21,12 +21,19 @@ from draslice.errors import (
     MissingDependency,
     ModelLoadError,
 )
+from draslice.trainer.config import AUTO_TARGETS, ModelShape
 
 # GPT-2 names: attention qkv (c_attn), attention and MLP output (c_proj), MLP input (c_fc).
 GPT2_ATTENTION_ONLY = "c_attn"  # the seed guide's choice
 GPT2_ATTENTION_AND_MLP = "c_attn,c_proj,c_fc"
 LLAMA_ATTENTION_AND_MLP = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
-AUTO_TARGETS = "auto"
+# A tokenizer's vocabulary lives in one of these (fast, SentencePiece, BPE, WordPiece, tiktoken).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "spiece.model", "sentencepiece.bpe.model", "tokenizer.tiktoken")
+TORCH_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+# Where configs state how many positions the model has (GPT-2: n_positions; most: the first).
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length",
+                 "seq_length")
 # LoRA on every attention and MLP projection, per architecture (config.model_type).
 TARGETS_BY_ARCH = {
     "gpt2": GPT2_ATTENTION_AND_MLP,
@@ -34,27 +41,6 @@ TARGETS_BY_ARCH = {
     "qwen2": LLAMA_ATTENTION_AND_MLP,
     "mistral": LLAMA_ATTENTION_AND_MLP,
 }
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    vocab_size: int = 512
-    n_layer: int = 4
-    n_embd: int = 256
-    n_head: int = 4
-    seq_len: int = 64
-
-    def check(self) -> None:
-        for name in ("vocab_size", "n_layer", "n_embd", "n_head", "seq_len"):
-            if getattr(self, name) <= 0:
-                raise InvalidParameter(name, getattr(self, name), "must be >= 1")
-        if self.n_embd % self.n_head:
-            raise InvalidParameter(
-                "n_head", self.n_head, f"must divide n_embd={self.n_embd} evenly"
-            )
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def build_base(shape: ModelShape, seed: int) -> GPT2LMHeadModel:
@@ -95,6 +81,19 @@ def _projection_names(model: torch.nn.Module) -> list[str]:
         }
         - {"lm_head"}
     )
+
+
+def auto_targets_of(model_dir: str | Path) -> str | None:
+    """What ``auto`` resolves to for the model in ``model_dir`` (its config's model_type), the
+    synthetic GPT-2 for an empty one, None for an architecture without a default; read from
+    config.json, so it is known before the model is loaded."""
+    if not model_dir:
+        return TARGETS_BY_ARCH["gpt2"]
+    try:
+        arch = json.loads((Path(model_dir) / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return TARGETS_BY_ARCH.get(arch)
 
 
 def resolve_targets(model: torch.nn.Module, targets: str) -> str:
@@ -169,14 +168,103 @@ def check_model_dir(model_dir: str | Path) -> Path:
     return path
 
 
+def _no_tokenizer(path: Path) -> ModelLoadError:
+    return ModelLoadError(
+        f"{path}: no tokenizer files (none of {', '.join(TOKENIZER_FILES)}); save the model's "
+        "tokenizer into the folder (tokenizer.save_pretrained(DIR), or download the model "
+        "repository whole)"
+    )
+
+
+def check_tokenizer_files(model_dir: str | Path) -> Path:
+    """The folder holds a tokenizer's vocabulary; without one transformers builds a tokenizer
+    with no vocabulary at all, and every example later 'fills max_length'."""
+    path = check_model_dir(model_dir)
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise _no_tokenizer(path)
+    return path
+
+
+def check_weights(model_dir: str | Path) -> Path:
+    """Every safetensors file's header parses and its tensors lie inside the file; a
+    truncated or corrupt file is named (only the headers are read)."""
+    from safetensors import SafetensorError, safe_open
+
+    path = check_model_dir(model_dir)
+    files = sorted(path.glob("*.safetensors"))
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise ModelLoadError(f"{index}: not a safetensors index ({err})") from None
+        missing = sorted(s for s in shards if not (path / s).is_file())
+        if missing:
+            raise ModelLoadError(f"{index} names shard(s) {missing} that are not in {path}; "
+                                 "copy the model folder whole")
+    if not files and not any((path / n).is_file() for n in TORCH_WEIGHTS):
+        raise ModelLoadError(f"{path}: no weights (*.safetensors or "
+                             f"{' / '.join(TORCH_WEIGHTS)}); copy the model folder whole")
+    for file in files:
+        try:
+            with safe_open(str(file), "pt"):
+                pass
+        except (SafetensorError, OSError) as err:
+            raise ModelLoadError(
+                f"{file}: not a whole safetensors file ({err}); copy it again from the model's "
+                "source (a download or copy that stopped part-way leaves such a file)"
+            ) from None
+    return path
+
+
+def position_limit(model_dir: str | Path) -> tuple[int, str] | None:
+    """(positions, where it was read) for the model in ``model_dir``; None if its config
+    names no limit. RoPE scaling in the config extends the trained positions by its factor."""
+    config_path = check_model_dir(model_dir) / "config.json"
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ModelLoadError(f"{config_path}: not valid JSON ({err})") from None
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{config_path}: not a JSON object")
+    for key in POSITION_KEYS:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            limit, where = value, f"{config_path} {key}"
+            break
+    else:
+        return None
+    scaling = config.get("rope_scaling")
+    factor = scaling.get("factor") if isinstance(scaling, dict) else None
+    if isinstance(factor, int | float) and factor > 1:
+        original = scaling.get("original_max_position_embeddings")
+        base = original if isinstance(original, int) and original > 0 else limit
+        if int(base * factor) > limit:
+            limit, where = int(base * factor), f"{where} with rope_scaling factor {factor}"
+    return limit, where
+
+
+def check_max_length(model_dir: str | Path, max_length: int) -> None:
+    """A row longer than the model's positions fails (GPT-2's learned positions: an index
+    error) or silently runs past what the model was trained on (RoPE): refuse it here."""
+    found = position_limit(model_dir)
+    if found is not None and max_length > found[0]:
+        raise InvalidParameter(
+            "max_length", max_length,
+            f"must be at most the model's {found[0]} positions ({found[1]})",
+        )
+
+
 def load_tokenizer(model_dir: str | Path):
     from transformers import AutoTokenizer
 
-    path = check_model_dir(model_dir)
+    path = check_tokenizer_files(model_dir)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, TypeError) as err:
         raise ModelLoadError(f"{path}: cannot load the tokenizer from it ({err})") from err
+    if len(tokenizer.get_vocab()) <= len(tokenizer.all_special_ids):
+        raise _no_tokenizer(path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -190,9 +278,10 @@ def load_pretrained(
     device: torch.device | None = None,
 ) -> torch.nn.Module:
     """The base model from ``model_dir``, offline; ``load_in_4bit`` quantises it (QLoRA)."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
-    path = check_model_dir(model_dir)
+    path = check_weights(model_dir)
     kwargs: dict = {"local_files_only": True, "dtype": dtype}
     if load_in_4bit:
         on_cuda = device is not None and device.type == "cuda"
@@ -200,7 +289,7 @@ def load_pretrained(
         kwargs.update(quantization_config=qlora_config(), device_map={"": place})
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    except (OSError, ValueError, KeyError) as err:
+    except (OSError, ValueError, KeyError, SafetensorError) as err:
         raise ModelLoadError(f"{path}: cannot load a causal LM from it ({err})") from err
     if hasattr(model.config, "use_cache"):
         model.config.use_cache = False  # no KV cache while training

@@ -3,24 +3,28 @@
 Checks, each able to fail:
 1. memory: the SFT's peak stayed inside the slice's budget (``budget.fits``);
 2. learning: the loss, read back from the per-step metrics, fell by at least a fraction;
-3. adapter: the saved adapter, loaded onto a freshly built base, reproduces the trained
-   model's logits on a fixed batch — and does change the base's logits (an all-zero adapter
-   would "reproduce" nothing).
+3. adapter: the output set is whole (``outputs.read_record``: a run that stopped while
+   saving is a FAIL saying so), and the saved adapter, loaded onto a freshly built base,
+   reproduces the trained model's logits on a fixed batch — and does change the base's logits
+   (an all-zero adapter would "reproduce" nothing).
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 from peft import PeftModel
+from safetensors import SafetensorError
 
 from draslice.errors import DrasliceError, InvalidParameter, MissingDependency
-from draslice.trainer import budget, loglines
+from draslice.trainer import budget, loglines, outputs
+from draslice.trainer.artifacts import ADAPTER_DIR, REFERENCE_FILE, RUN_FILE, loss_drop
+from draslice.trainer.config import KNOBS, SFTConfig, VerdictConfig
 from draslice.trainer.model import build_base, load_pretrained
-from draslice.trainer.sft import ADAPTER_DIR, REFERENCE_FILE, RUN_FILE, SFTConfig, loss_drop
 
 LOGITS_ATOL = 1e-3
 LOGITS_RTOL = 1e-3
@@ -99,13 +103,21 @@ def check_adapter(model_dir: str | Path,
     found at another path in the validating pod than in the training one).
     """
     model_dir = Path(model_dir)
-    for needed in (RUN_FILE, REFERENCE_FILE, ADAPTER_DIR):
-        if not (model_dir / needed).exists():
-            return Check("adapter", False, f"{model_dir / needed} is missing"), {}
-    cfg = SFTConfig.from_dict(json.loads((model_dir / RUN_FILE).read_text())["config"])
+    record, problem = outputs.read_record(model_dir)
+    if problem:  # a run that stopped while saving: a FAIL that says so, never a mix
+        return Check("adapter", False, problem), {}
+    try:
+        cfg = SFTConfig.from_dict(record["config"])
+    except TypeError as err:
+        return Check("adapter", False, f"{model_dir / RUN_FILE}: its config is not one this "
+                                       f"draslice reads ({err})"), {}
     if base_model_dir is not None:
         cfg = replace(cfg, model_dir=str(base_model_dir))
-    ref = torch.load(model_dir / REFERENCE_FILE, map_location="cpu", weights_only=True)
+    try:
+        ref = torch.load(model_dir / REFERENCE_FILE, map_location="cpu", weights_only=True)
+    except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as err:
+        return Check("adapter", False, f"{model_dir / REFERENCE_FILE} cannot be read "
+                                       f"({str(err).splitlines()[0]})"), {}
     try:
         base = _rebuild_base(cfg).eval()
     except MissingDependency as err:  # a QLoRA base without bitsandbytes here
@@ -114,7 +126,11 @@ def check_adapter(model_dir: str | Path,
     ref = {k: v.to(device) for k, v in ref.items()}
     with torch.no_grad():
         base_logits = base(input_ids=ref["input_ids"]).logits.float()
-    reloaded = PeftModel.from_pretrained(base, model_dir / ADAPTER_DIR).eval()
+    try:
+        reloaded = PeftModel.from_pretrained(base, model_dir / ADAPTER_DIR).eval()
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        return Check("adapter", False, f"{model_dir / ADAPTER_DIR} cannot be loaded "
+                                       f"({str(err).splitlines()[0]})"), {}
     with torch.no_grad():
         logits = reloaded(input_ids=ref["input_ids"]).logits.float()
     ref = {k: v.cpu() for k, v in ref.items()}
@@ -158,13 +174,11 @@ def validate(
     metrics_path: str | Path,
     slice_total_mem_gib: float,
     peak_mem_gib: float,
-    memory_headroom: float = budget.DEFAULT_HEADROOM,
-    min_loss_drop: float = 0.3,
+    memory_headroom: float = KNOBS["memory_headroom"].default,
+    min_loss_drop: float = KNOBS["min_loss_drop"].default,
     base_model_dir: str | Path | None = None,
 ) -> Verdict:
-    budget.check_headroom(memory_headroom)
-    if not 0.0 <= min_loss_drop < 1.0:
-        raise InvalidParameter("min_loss_drop", min_loss_drop, "must be a fraction in [0, 1)")
+    VerdictConfig(memory_headroom=memory_headroom, min_loss_drop=min_loss_drop)
     if slice_total_mem_gib <= 0:
         raise InvalidParameter("slice_total_mem_gib", slice_total_mem_gib, "must be > 0")
     memory = check_memory(peak_mem_gib, slice_total_mem_gib, memory_headroom)

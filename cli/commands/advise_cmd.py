@@ -6,33 +6,21 @@ import json
 
 import click
 
+from draslice.cli.knobs import knob_options
+from draslice.trainer.config import SFTConfig, VerdictConfig
+
+# The fine-tune knobs that change how much memory a run needs; advise measures with them.
+ADVISE_KNOBS = ("model_dir", "data", "data_format", "max_length", "seq_len", "batch_size",
+                "lora_r", "lora_alpha", "lora_targets", "gradient_checkpointing",
+                "bf16_weights", "load_in_4bit", "pack", "device", "precision")
+
 # Literal, not imported: `draslice --help` must not pay for importing torch.
 GPU_CHOICES = ["all", "A30-24GB", "A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB",
                "B200-180GB"]
 
 
 @click.command("advise")
-@click.option("--model-dir", default="", type=click.Path(),
-              help="Base model directory (Hugging Face format). Omit for the synthetic model.")
-@click.option("--data", default="", type=click.Path(),
-              help="Training data (JSONL or a saved dataset); needed with --model-dir.")
-@click.option("--data-format", type=click.Choice(["auto", "prompt-completion", "chat",
-                                                  "datasets"]), default="auto",
-              show_default=True)
-@click.option("--max-length", type=int, default=512, show_default=True,
-              help="Every measured batch is padded to this length (the worst case).")
-@click.option("--seq-len", type=int, default=64, show_default=True,
-              help="Sequence length of the synthetic model (without --model-dir).")
-@click.option("--batch-size", type=int, default=8, show_default=True)
-@click.option("--lora-r", type=int, default=8, show_default=True)
-@click.option("--lora-alpha", type=int, default=16, show_default=True)
-@click.option("--lora-targets", default="auto", show_default=True)
-@click.option("--gradient-checkpointing", is_flag=True)
-@click.option("--bf16-weights", is_flag=True)
-@click.option("--load-in-4bit", is_flag=True)
-@click.option("--pack", is_flag=True)
-@click.option("--device", default="auto", show_default=True)
-@click.option("--precision", default="auto", show_default=True)
+@knob_options(ADVISE_KNOBS)
 @click.option("--gpu", type=click.Choice(GPU_CHOICES, case_sensitive=False), default="all",
               show_default=True, help="Which GPU model's MIG profiles to choose from.")
 @click.option("--snapshot", "snapshot_file", type=click.Path(dir_okay=False),
@@ -43,25 +31,26 @@ GPU_CHOICES = ["all", "A30-24GB", "A100-40GB", "A100-80GB", "H100-80GB", "H200-1
               help="Choose from the slices the cluster publishes now (kubeconfig or in-cluster).")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), help="For --cluster.")
 @click.option("--context", help="Kubeconfig context for --cluster.")
-@click.option("--headroom", type=float, default=0.1, show_default=True,
-              help="Fraction of a slice kept free (the validate step's rule).")
-@click.option("--steps", type=int, default=3, show_default=True,
-              help="Optimizer steps of the measured run.")
+@knob_options(["memory_headroom"])
+@click.option("--measure-steps", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Optimizer steps of each measured run (a few suffice: the optimizer's "
+                   "state exists after the first).")
 @click.option("--peak-gib", type=float, default=None,
               help="Skip the measurement and recommend for this peak (GiB).")
 @click.option("--no-knob-trials", is_flag=True,
               help="List the levers for the next smaller profile without measuring them.")
 @click.option("--json", "as_json", is_flag=True, help="Print the advice as JSON.")
 def advise(gpu: str, snapshot_file: str | None, live: bool, kubeconfig: str | None,
-           context: str | None, headroom: float, steps: int, peak_gib: float | None,
-           no_knob_trials: bool, as_json: bool, seq_len: int, **opts) -> None:
+           context: str | None, memory_headroom: float, measure_steps: int,
+           peak_gib: float | None, no_knob_trials: bool, as_json: bool, **knobs) -> None:
     """Measure a fine-tune's peak memory and recommend the smallest slice that holds it.
 
-    Runs a few steps of your config at full sequence length on this machine's GPU, reads the
-    peak, and picks the smallest MIG profile whose memory less the headroom holds it, from a
-    built-in table per GPU model (memory figures not confirmed from a capture are marked
-    'estimated'). Then it tries the memory levers you are not using yet, one at a time, until
-    the next smaller profile fits, and prints what each one measured.
+    Runs a few steps of your config on this machine's GPU with every batch padded to
+    --max-length (the worst case), reads the peak, and picks the smallest MIG profile whose
+    memory less the headroom holds it, from a built-in table per GPU model (memory figures
+    not confirmed from a capture are marked 'estimated'). Then it tries the memory levers
+    you are not using yet, one at a time, until the next smaller profile fits, and prints
+    what each one measured.
 
     \b
     Examples:
@@ -70,18 +59,17 @@ def advise(gpu: str, snapshot_file: str | None, live: bool, kubeconfig: str | No
       draslice advise --peak-gib 5.1 --gpu A30-24GB        # no measurement
       draslice advise --peak-gib 5.1 --snapshot dump.yaml  # the slices your cluster has
     """
+    cfg = SFTConfig.from_params(knobs)  # bad input fails here, before torch is imported
+    VerdictConfig(memory_headroom=memory_headroom)
     from draslice.sizing.advise import advise as run_advise
     from draslice.sizing.profiles import candidates
-    from draslice.trainer.model import ModelShape
-    from draslice.trainer.sft import SFTConfig
 
-    cfg = SFTConfig(shape=ModelShape(seq_len=seq_len), **opts)
-    cfg.check()
     if snapshot_file or live:
         pool = cluster_candidates(snapshot_file or "live", kubeconfig, context)
     else:
         pool = candidates(gpu)
-    advice = run_advise(cfg, pool, headroom=headroom, steps=steps, peak_gib=peak_gib,
+    advice = run_advise(cfg, pool, headroom=memory_headroom, steps=measure_steps,
+                        peak_gib=peak_gib,
                         try_knobs=not no_knob_trials)
     if as_json:
         click.echo(json.dumps(advice.to_dict(), indent=2))

@@ -27,28 +27,35 @@ from draslice.errors import InvalidParameter
 @click.option("--on-missing-dra", type=click.Choice(["skip", "fail"]), default="skip",
               show_default=True,
               help="No DRA GPU at all in the cluster: exit 77 (skip) or 1 (fail).")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--kubernetes-version", metavar="1.34|1.35|1.36|1.37",
+              help="Decide with the DRA allocator of this Kubernetes release (default: the "
+                   "live cluster's own version, clamped to 1.34-1.37; for a snapshot, 1.37).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the report as JSON (docs/preflight.md); errors too, as "
+                   "{\"decision\": \"error\", ...}.")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False),
               help="Kubeconfig file for the live read (default: $KUBECONFIG, ~/.kube/config, "
                    "or the pod's service account).")
 @click.option("--context", help="Kubeconfig context for the live read.")
 def preflight(snapshot_file, template_name, template_file, profile, shared, namespace,
-              on_missing_dra, as_json, kubeconfig, context) -> None:
+              on_missing_dra, kubernetes_version, as_json, kubeconfig, context) -> None:
     """Check that the cluster can allocate a GPU slice, the way the scheduler would decide.
 
-    Reads DeviceClasses, ResourceSlices (v1, v1beta1, v1alpha3), ResourceClaims and
+    Reads DeviceClasses, ResourceSlices (v1, v1beta2, v1beta1, v1alpha3), ResourceClaims and
     ResourceClaimTemplates from the cluster (kubeconfig or in-cluster) or from --snapshot.
-    Prints the pools and their completeness, the inventory per node (type, MIG profile,
-    product, memory; the exact profile strings published) and, for a claim template, how many
-    devices match its DeviceClass and CEL selectors and how many of those are free (not
-    allocated, not tainted, not blocked by shared counters). A diagnosis says what to fix.
+    The scheduler's own DRA allocator (k8s.io/dynamic-resource-allocation of the chosen
+    Kubernetes release) decides whether the claim can be allocated now, and where. Prints the
+    pools, the inventory per node (type, MIG profile, product, memory) and, for a claim
+    template, how many devices match its DeviceClass and CEL selectors and how many of those
+    are free. A diagnosis says what to fix.
 
     \b
     Exit codes:
       0   ready: a node can serve the claim now
       77  skip: no DRA GPU at all and --on-missing-dra skip
       1   fail: cannot be allocated (see the diagnosis), or the cluster cannot be read
-      2   bad input (option, file)
+      2   bad input (option, file, a selector that does not compile, an object
+          the allocator refuses, no allocator binary)
 
     \b
     Examples:
@@ -59,6 +66,23 @@ def preflight(snapshot_file, template_name, template_file, profile, shared, name
       kubectl get deviceclasses,resourceslices,resourceclaims,resourceclaimtemplates \\
           -A -o yaml > dump.yaml
     """
+    from draslice.errors import DrasliceError
+
+    try:
+        _preflight(snapshot_file, template_name, template_file, profile, shared, namespace,
+                   on_missing_dra, kubernetes_version, as_json, kubeconfig, context)
+    except DrasliceError as err:
+        if not as_json:
+            raise
+        import json
+
+        click.echo(json.dumps({"decision": "error", "exit_code": err.exit_code,
+                               "reason": str(err), "error": str(err)}))
+        sys.exit(err.exit_code)
+
+
+def _preflight(snapshot_file, template_name, template_file, profile, shared, namespace,
+               on_missing_dra, kubernetes_version, as_json, kubeconfig, context) -> None:
     from draslice.cluster.preflight import (
         built_template,
         cluster_preflight,
@@ -68,19 +92,25 @@ def preflight(snapshot_file, template_name, template_file, profile, shared, name
     )
     from draslice.cluster.render import to_json, to_text
 
+    if kubernetes_version is not None:
+        from draslice.cluster.allocator import check_version
+
+        kubernetes_version = check_version(kubernetes_version)
     chosen = [n for n, v in (("--template", template_name), ("--template-file", template_file),
-                             ("--profile", profile), ("--shared", shared)) if v]
+                             ("--profile", profile), ("--shared", shared)) if v is not None]
     if len(chosen) > 1:
         raise InvalidParameter("template", " ".join(chosen), "give at most one of them")
+    if template_name is not None and not template_name:
+        raise InvalidParameter("template", template_name, "must name a ResourceClaimTemplate")
     template = None
-    if template_file:
+    if template_file is not None:
         template = template_from_file(template_file)
-    elif profile or shared:
+    elif profile is not None or shared is not None:
         template = built_template(profile, shared, namespace)
     snapshot = read_snapshot(snapshot_file or "live", namespace or None, kubeconfig, context)
     if template_name:
         template = template_from_cluster(snapshot, template_name, namespace or None)
-    report = cluster_preflight(snapshot, template, on_missing_dra)
+    report = cluster_preflight(snapshot, template, on_missing_dra, kubernetes_version)
     if template_name and report.template is None:
         report.template = template_name
     click.echo(to_json(report) if as_json else to_text(report), nl=False)

@@ -8,35 +8,17 @@ from pathlib import Path
 
 import click
 
+from draslice.cli.knobs import knob_options
 from draslice.cluster.names import validate_template_name
+from draslice.trainer.config import check_params
+from draslice.trainer.presets import DEMO
 
-# Literal defaults, not imports: `draslice --help` must not pay for importing torch.
+# Literal default, not an import: `draslice --help` must not pay for importing kfp.
 DEFAULT_TEMPLATE = "mig-1g-6gb"
-DEFAULT_LORA_TARGETS = "c_attn,c_proj,c_fc"
-DEFAULT_HEADROOM = 0.1
 
 
 @click.command("run")
-@click.option("--device", default="auto", show_default=True,
-              help="auto, cpu, cuda or cuda:N.")
-@click.option("--precision", default="auto", show_default=True,
-              help="auto (bf16 where supported, else fp32), bf16 or fp32.")
-@click.option("--slice-memory-gib", type=float, default=0.0, show_default=True,
-              help="Emulate a slice of N GiB on a bigger local GPU by capping CUDA memory "
-                   "(0: no cap). The report then compares against N.")
-@click.option("--steps", type=int, default=30, show_default=True, help="Optimizer steps.")
-@click.option("--batch-size", type=int, default=8, show_default=True)
-@click.option("--seq-len", type=int, default=64, show_default=True)
-@click.option("--learning-rate", type=float, default=3e-3, show_default=True)
-@click.option("--lora-r", type=int, default=8, show_default=True)
-@click.option("--lora-alpha", type=int, default=16, show_default=True)
-@click.option("--lora-targets", default=DEFAULT_LORA_TARGETS, show_default=True,
-              help="Comma-separated modules; the seed guide's choice is c_attn.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--memory-headroom", type=float, default=DEFAULT_HEADROOM,
-              show_default=True, help="Fraction of the slice validate keeps free.")
-@click.option("--min-loss-drop", type=float, default=0.3, show_default=True,
-              help="Fraction by which the loss must fall for a PASS.")
+@knob_options(DEMO.exposed, DEMO.defaults())
 @click.option("--template", default=DEFAULT_TEMPLATE, show_default=True,
               help="Claim template named in the report (locally no claim is made).")
 @click.option("--snapshot", type=click.Path(exists=True, dir_okay=False),
@@ -86,37 +68,16 @@ def run(**opts) -> None:
 
 def _checked_params(opts: dict) -> dict:
     """Reject bad input here, before the first task starts (each task checks again)."""
-    from draslice.errors import InvalidParameter
-    from draslice.trainer import budget
-    from draslice.trainer import device as dev
-    from draslice.trainer.model import ModelShape
-    from draslice.trainer.sft import SFTConfig
-
     validate_template_name(opts["template"])
-    cfg = SFTConfig(
-        shape=ModelShape(seq_len=opts["seq_len"]),
-        lora_r=opts["lora_r"],
-        lora_alpha=opts["lora_alpha"],
-        lora_targets=opts["lora_targets"],
-        batch_size=opts["batch_size"],
-        steps=opts["steps"],
-        learning_rate=opts["learning_rate"],
-        seed=opts["seed"],
-        device=opts["device"],
-        precision=opts["precision"],
-        slice_memory_gib=opts["slice_memory_gib"],
-    )
-    cfg.check()
-    torch_device = dev.resolve_device(cfg.device)
-    dev.resolve_precision(cfg.precision, torch_device)
-    dev.check_slice_cap(torch_device, cfg.slice_memory_gib)
-    budget.check_headroom(opts["memory_headroom"])
-    if not 0.0 <= opts["min_loss_drop"] < 1.0:
-        raise InvalidParameter("min_loss_drop", opts["min_loss_drop"], "must be in [0, 1)")
-    keys = ("device", "precision", "slice_memory_gib", "steps", "batch_size", "seq_len",
-            "learning_rate", "lora_r", "lora_alpha", "lora_targets", "seed",
-            "memory_headroom", "min_loss_drop", "on_missing_dra")
-    params = {k: opts[k] for k in keys}
+    knobs = {k: opts[k] for k in DEMO.exposed}
+    check_params(knobs, base=DEMO.values)  # torch-free and at once: a bad --lora-r exits 2
+    # What only this machine can answer: is the device there, can it do bf16, can it be capped.
+    from draslice.trainer import device as dev
+
+    torch_device = dev.resolve_device(knobs["device"])
+    dev.resolve_precision(knobs["precision"], torch_device)
+    dev.check_slice_cap(torch_device, knobs["slice_memory_gib"])
+    params = {**knobs, "on_missing_dra": opts["on_missing_dra"]}
     # Without a snapshot the local check runs ("none"); with one, preflight reads it.
     params["preflight_source"] = str(Path(opts["snapshot"]).resolve()) if opts["snapshot"] \
         else "none"

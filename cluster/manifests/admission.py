@@ -98,13 +98,6 @@ PATCH_EXPRESSION = """\
 """
 
 
-def cel_expressions() -> list[str]:
-    """Every CEL expression the policies carry, for compile checks."""
-    return [c["expression"] for c in MATCH_CONDITIONS] + [
-        v["expression"] for v in VARIABLES
-    ] + [PATCH_EXPRESSION]
-
-
 def _match_constraints() -> dict:
     return {
         "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],

@@ -6,9 +6,26 @@ from kfp import dsl
 from kfp.dsl import HTML, Artifact, Input, Markdown, Metrics, Model, Output
 
 from draslice.components.image import TRAINER_IMAGE
+from draslice.components.knob_docs import with_input_docs
+
+# The inputs that are not verdict knobs (trainer/config.py's VerdictConfig declares those).
+NOT_KNOBS = {
+    "adapter": "The fine-tune step's adapter.",
+    "train_log": "The fine-tune step's per-step JSON-lines metrics.",
+    "slice_total_mem_gib": "Memory of the slice the fine-tune ran in.",
+    "peak_mem_gib": "The fine-tune's peak memory.",
+    "device_json": "The fine-tune's device facts (JSON) for the report.",
+    "claim_template": "ResourceClaimTemplate the GPU steps claimed.",
+    "claim_mode": "How the claim reached the pods (``policy`` or ``native``).",
+    "metrics": "Scalars for the KFP UI.",
+    "report": "HTML report: loss curve, memory against the slice, device and claim.",
+    "summary": "Markdown summary with the verdict and its reasons.",
+    "base_model": "The base model artifact the adapter was trained on, when it came as one "
+                  "(its local path differs from pod to pod); otherwise the base is reloaded "
+                  "from the directory the run recorded.",
+}
 
 
-@dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
 def validate(
     adapter: Input[Model],
     train_log: Input[Artifact],
@@ -29,23 +46,6 @@ def validate(
 
     Runs on the CPU without a claim: the adapter check compares fp32 logits, and holding a
     slice only to write a report would keep it from the next job.
-
-    Args:
-        adapter: The SFT step's adapter.
-        train_log: The SFT step's per-step JSON-lines metrics.
-        slice_total_mem_gib: Memory of the slice the SFT ran in.
-        peak_mem_gib: The SFT's peak memory.
-        device_json: The SFT's device facts (JSON) for the report.
-        claim_template: ResourceClaimTemplate the GPU steps claimed.
-        claim_mode: How the claim reached the pods (``policy`` or ``native``).
-        metrics: Scalars for the KFP UI.
-        report: HTML report: loss curve, memory against the slice, device and claim.
-        summary: Markdown summary with the verdict and its reasons.
-        memory_headroom: Fraction of the slice kept free (CUDA context, workspaces).
-        min_loss_drop: Fraction by which the loss must have fallen.
-        base_model: The base model artifact the adapter was trained on, when it came as one
-            (its local path differs from pod to pod); otherwise the base is reloaded from the
-            directory the run recorded.
 
     Returns:
         verdict: ``PASS`` or ``FAIL`` followed by one reason per check.
@@ -78,3 +78,7 @@ def validate(
     metrics.log_metric("passed", float(verdict.passed))
     print(verdict.text())
     return namedtuple("ValidateOutputs", ["verdict", "passed"])(verdict.text(), verdict.passed)
+
+
+validate = dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)(
+    with_input_docs(validate, NOT_KNOBS))

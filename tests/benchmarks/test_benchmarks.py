@@ -18,7 +18,9 @@ import pytest
 from tests.conftest import REPO, requires_cuda
 
 BENCH = REPO / "benchmarks"
+REMOTE = BENCH / "remote"  # the GPU-host plumbing, apart from the benchmarks
 sys.path.insert(0, str(BENCH))
+sys.path.insert(1, str(REMOTE))
 
 import childproc  # noqa: E402
 import flops  # noqa: E402
@@ -100,8 +102,9 @@ def test_the_gpu_host_paths_do_not_import_kfp():
         import sys
         for name in ("kfp", "kfp_server_api", "kubernetes", "matplotlib"):
             sys.modules[name] = None  # any 'import kfp' now raises ImportError
-        sys.path.insert(0, {str(BENCH)!r})
+        sys.path[:0] = [{str(BENCH)!r}, {str(REMOTE)!r}]
         import compare_trainers, fit_slice, gpu_all, envfacts, flops, childproc
+        import peer_trainers, sm_cap
         import draslice.trainer.sft, draslice.trainer.smoke, tests.scratch
         print("ok")
     """)
@@ -112,14 +115,14 @@ def test_the_gpu_host_paths_do_not_import_kfp():
 
 def test_driver_refuses_to_start_without_draslice_importable(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, "-S", str(BENCH / "gpu_all.py"), "--out",
+    done = subprocess.run([sys.executable, "-S", str(REMOTE / "gpu_all.py"), "--out",
                            str(tmp_path)], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 2
     assert "draslice is not importable" in done.stderr and "PYTHONPATH" in done.stderr
 
 
 def _trainer_has_real_models() -> bool:
-    from draslice.trainer.sft import SFTConfig
+    from draslice.trainer.config import SFTConfig
 
     return "model_dir" in {f.name for f in dataclasses.fields(SFTConfig)}
 
@@ -129,7 +132,7 @@ def test_gpu_all_smoke_end_to_end(tmp_path):
     """The very driver the GPU host runs, on the CPU with tiny shapes (about 2-3 minutes on
     2 busy cores: a dozen fresh Python processes, each importing torch and transformers)."""
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, str(BENCH / "gpu_all.py"), "--out", str(out),
+    done = subprocess.run([sys.executable, str(REMOTE / "gpu_all.py"), "--out", str(out),
                            "--smoke"], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
@@ -159,7 +162,7 @@ def test_gpu_all_smoke_end_to_end(tmp_path):
         else:  # until real-model training lands the case says exactly what is missing
             assert case["status"] == "ERROR" and "has no field(s)" in case["why"], case
     md = (out / "results.md").read_text()
-    assert "CPU --smoke" in md and "| seed | draslice SFT loop |" in md
+    assert "CPU --smoke" in md and "| seed | draslice SFT loop (default: auto) |" in md
     assert "step compare_seed: OK" in (out / "gpu_all.log").read_text()
 
 
@@ -246,7 +249,44 @@ def test_carried_wheels_are_layered_over_this_python_which_it_keeps_using(tmp_pa
 
 
 def test_gpu_session_names_its_parts_and_refuses_others():
-    done = subprocess.run(["bash", str(BENCH / "gpu_session.sh"), "everything"],
+    done = subprocess.run(["bash", str(REMOTE / "gpu_session.sh"), "everything"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert done.stderr.strip() == "usage: bash benchmarks/gpu_session.sh fit|seed|gpt2|tests"
+    assert done.stderr.strip() == "usage: bash benchmarks/remote/gpu_session.sh fit|seed|gpt2|tests"
+
+
+def test_peer_flops_from_the_shape_match_the_count_from_the_model():
+    """peer_trainers counts a shape's FLOPs from its config (no model is built for the table);
+    the count must equal flops.flop_count on the very model with LoRA on every projection."""
+    import peer_trainers
+
+    from tests.scratch import model_config
+
+    shape = peer_trainers.SHAPES["smoke"]
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    config = model_config(shape.arch, hidden_size=shape.hidden, num_layers=shape.layers,
+                          num_heads=shape.heads, num_kv_heads=shape.kv_heads,
+                          intermediate_size=shape.ffn, vocab_size=shape.vocab,
+                          max_positions=128, tie_word_embeddings=shape.tied)
+    model = get_peft_model(AutoModelForCausalLM.from_config(config), LoraConfig(
+        r=peer_trainers.LORA_R, lora_alpha=peer_trainers.LORA_ALPHA,
+        target_modules=list(peer_trainers.TARGETS)))
+    want = flops.flop_count(model, shape.layers, shape.hidden, 64)
+    assert shape.flops(64) == want
+
+
+def test_peer_trainers_smoke_runs_ours_and_trainer_and_prints_the_table(tmp_path):
+    """The benchmark's own code path on the CPU at a tiny Qwen2 shape: prepare, one child per
+    peer, the table (figures mean nothing on a CPU)."""
+    out = tmp_path / "peers.json"
+    done = subprocess.run([sys.executable, str(BENCH / "peer_trainers.py"), "--smoke",
+                           "--peers", "ours,hf", "--json-out", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    summary = json.loads(out.read_text())
+    for peer in ("ours", "hf"):
+        run = summary["peers"][peer]["runs"]["none"]
+        assert run["tokens_per_s"] > 0, run
+    assert "| draslice SFT loop (default) | none | 4 x 64 |" in done.stdout

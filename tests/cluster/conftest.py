@@ -96,3 +96,62 @@ def snapshot_of():
         return snap
 
     return make
+
+
+# --- the allocator program (cluster/allocator) -----------------------------------------------
+
+ANY_CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+             "metadata": {"name": "any"}, "spec": {}}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def allocator_binary():
+    """Build (or find) the newest release's allocator once per session; without Go and without
+    a packaged binary, every test here would fail the same way: fail once, saying why."""
+    from draslice.cluster import allocator
+    from draslice.errors import DrasliceError
+
+    try:
+        return allocator.binary(allocator.NEWEST)
+    except DrasliceError as exc:
+        pytest.fail(f"the DRA allocator program is needed by the cluster tests: {exc}",
+                    pytrace=False)
+
+
+def template_with(*requests, name="t") -> dict:
+    """A ResourceClaimTemplate (v1) with the given requests."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"spec": {"devices": {"requests": list(requests)}}}}
+
+
+def exactly(name="gpu", cls="any", *selectors, count=1, mode="ExactCount", **extra) -> dict:
+    body = {"deviceClassName": cls, "allocationMode": mode, **extra}
+    if mode == "ExactCount":
+        body["count"] = count
+    if selectors:
+        body["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+    return {"name": name, "exactly": body}
+
+
+def analyze_objects(objects, template, version=None, classes=True):
+    """The preflight report for ``template`` against ``objects`` (plus the NVIDIA classes and
+    the selector-free class ``any``), decided by the allocator of ``version``."""
+    from draslice.cluster.analysis import analyze
+    from draslice.cluster.snapshot import NVIDIA_DEVICE_CLASSES, Snapshot
+
+    snap = Snapshot(source="test")
+    extra = [*copy.deepcopy(NVIDIA_DEVICE_CLASSES), ANY_CLASS] if classes else []
+    for obj in extra + list(objects):
+        snap.add(copy.deepcopy(obj))
+    return analyze(snap, template, kubernetes_version=version)
+
+
+def selected(objects, expression, version=None) -> set[str]:
+    """``node/device`` of every device the upstream CEL selects with ``expression``; a CEL
+    runtime error fails with the allocator's message."""
+    report = analyze_objects(objects, template_with(exactly("gpu", "any", expression)), version)
+    (req,) = report.requests
+    if report.decision == "fail" and "CEL runtime error" in report.reason:
+        raise AssertionError(report.reason)
+    return {f"{m.device.node}/{m.device.name}" for m in req.matches}

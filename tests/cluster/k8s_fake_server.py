@@ -1,120 +1,106 @@
-"""A Kubernetes API server on loopback that serves recorded objects on the real list paths.
+"""A stand-in for a Kubernetes API server, kept ONLY for the faults a real server does not
+produce on demand: an HTTP 500, a connection cut in the middle of an answer, a stall longer
+than the read timeout, an answer that is not JSON or not the kind asked for, and a server that
+echoes the bearer token into a broken reply.
 
-Enough of the API for preflight through the real ``kubernetes`` client: list endpoints with
-``limit``/``continue`` paging, ``Status`` bodies for 403 Forbidden and 404 Not Found, and a
-log of every request (method, path, query) so tests can see the paging happen.
+Everything else live preflight does is tested against a real kube-apiserver
+(tests/realcluster, `make test-cluster`). Between faults it answers like the API server does
+on the paths preflight reads (discovery, list endpoints with ``kind``/``items``), so each test
+shows that the one fault, not a missing path, is what preflight reports.
 """
 
 from __future__ import annotations
 
-import base64
+import contextlib
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import urlparse
 
 RESOURCE = "/apis/resource.k8s.io/v1"
-PLURALS = {
-    "DeviceClass": ("deviceclasses", False),
-    "ResourceSlice": ("resourceslices", False),
-    "ResourceClaim": ("resourceclaims", True),
-    "ResourceClaimTemplate": ("resourceclaimtemplates", True),
-}
+FAULTS = ("500", "cut", "stall", "html", "wrong-kind", "echo-token")
+LISTS = {"deviceclasses": "DeviceClassList", "resourceslices": "ResourceSliceList",
+         "resourceclaims": "ResourceClaimList",
+         "resourceclaimtemplates": "ResourceClaimTemplateList"}
 
 
 @dataclass
-class FakeCluster:
-    objects: list[dict] = field(default_factory=list)
-    forbidden: set[str] = field(default_factory=set)  # paths answered 403
-    dra: bool = True  # False: resource.k8s.io/v1 is not served (404)
-    other_versions: list[str] = field(default_factory=list)  # served instead, e.g. v1beta1
-    user: str = "system:serviceaccount:kubeflow:pipeline-runner"
-    log: list[tuple[str, str, dict]] = field(default_factory=list)
-
-    def listing(self, path: str) -> list[dict] | None:
-        """Objects for a list path, or None when the path is not an API list endpoint."""
-        if not path.startswith(RESOURCE + "/"):
-            return None
-        parts = path[len(RESOURCE) + 1:].split("/")
-        namespace = None
-        if len(parts) == 3 and parts[0] == "namespaces":
-            namespace, parts = parts[1], parts[2:]
-        if len(parts) != 1:
-            return None
-        kinds = [k for k, (plural, _) in PLURALS.items() if plural == parts[0]]
-        if not kinds:
-            return None
-        out = []
-        for obj in self.objects:
-            if obj.get("kind") != kinds[0]:
-                continue
-            if namespace and obj.get("metadata", {}).get("namespace") != namespace:
-                continue
-            item = json.loads(json.dumps(obj))
-            item.pop("kind", None)  # list items come without kind and apiVersion
-            item.pop("apiVersion", None)
-            out.append(item)
-        return out
+class FakeServer:
+    fault: str | None = None  # one of FAULTS
+    fault_path: str = f"{RESOURCE}/deviceclasses"  # where the fault happens
+    stall_s: float = 5.0
+    log: list[tuple[str, dict]] = field(default_factory=list)
 
 
-def _status(code: int, reason: str, message: str) -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
+def _answer(path: str) -> tuple[int, dict]:
+    """What a DRA-serving API server with no objects answers on the paths preflight reads."""
+    if path == "/apis":
+        return 200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
+    if path == "/apis/resource.k8s.io":
+        return 200, {"kind": "APIGroup", "apiVersion": "v1", "name": "resource.k8s.io",
+                     "versions": [{"groupVersion": "resource.k8s.io/v1", "version": "v1"}]}
+    last = path.rstrip("/").split("/")[-1]
+    if path.startswith(RESOURCE + "/") and last in LISTS:
+        return 200, {"kind": LISTS[last], "apiVersion": "resource.k8s.io/v1",
+                     "metadata": {"resourceVersion": "1"}, "items": []}
+    return 404, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                 "message": "the server could not find the requested resource",
+                 "reason": "NotFound", "code": 404}
 
 
-def serve(cluster: FakeCluster):
+def serve(fake: FakeServer):
     """Start the server in a thread; returns (server, base URL)."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):  # keep test output clean
             pass
 
-        def _send(self, code: int, body: dict):
-            data = json.dumps(body).encode()
+        def _send(self, code: int, data: bytes, ctype: str = "application/json"):
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            # the client may have given up already (a read timeout)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(data)
 
         def do_GET(self):  # noqa: N802 (http.server's name)
-            url = urlparse(self.path)
-            query = {k: v[0] for k, v in parse_qs(url.query).items()}
-            cluster.log.append(("GET", url.path, query))
-            resource = url.path.rstrip("/").split("/")[-1]
-            if url.path in cluster.forbidden:
-                scope = ("in the namespace " + url.path.split("/")[-2]
-                         if "/namespaces/" in url.path else "at the cluster scope")
-                group = "resource.k8s.io" if url.path.startswith("/apis/resource") else ""
-                self._send(403, _status(403, "Forbidden", (
-                    f"{resource}.{group} is forbidden: User \"{cluster.user}\" cannot list "
-                    f"resource \"{resource}\" in API group \"{group}\" {scope}")))
-                return
-            if url.path == "/apis/resource.k8s.io" and (cluster.dra or cluster.other_versions):
-                versions = (["v1"] if cluster.dra else []) + cluster.other_versions
-                self._send(200, {"kind": "APIGroup", "apiVersion": "v1",
-                                 "name": "resource.k8s.io",
-                                 "versions": [{"groupVersion": f"resource.k8s.io/{v}",
-                                               "version": v} for v in versions]})
-                return
-            items = cluster.listing(url.path) if cluster.dra else None
-            if items is None:
-                self._send(404, _status(404, "NotFound", "the server could not find the "
-                                                         "requested resource"))
-                return
-            start = int(base64.b64decode(query["continue"]).decode()) if "continue" in query \
-                else 0
-            limit = int(query.get("limit", 0)) or len(items)
-            page = items[start:start + limit]
-            meta = {"resourceVersion": "4242"}
-            if start + limit < len(items):
-                meta["continue"] = base64.b64encode(str(start + limit).encode()).decode()
-            kind = next(k for k, (p, _) in PLURALS.items() if p == resource) + "List"
-            self._send(200, {"kind": kind, "apiVersion": "resource.k8s.io/v1",
-                             "metadata": meta, "items": page})
+            path = urlparse(self.path).path
+            fake.log.append((path, dict(self.headers)))
+            fault = fake.fault if path == fake.fault_path else None
+            if fault == "500":
+                self._send(500, json.dumps({
+                    "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500,
+                    "reason": "InternalError", "message": "etcdserver: request timed out"
+                }).encode())
+            elif fault == "cut":
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "4096")
+                self.end_headers()
+                self.wfile.write(b'{"kind": "DeviceClassList", "items": [')
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(2)  # cut: far fewer bytes than announced
+            elif fault == "stall":
+                time.sleep(fake.stall_s)
+                code, body = _answer(path)
+                self._send(code, json.dumps(body).encode())
+            elif fault == "html":
+                self._send(200, b"<html><body>Welcome to nginx!</body></html>", "text/html")
+            elif fault == "wrong-kind":
+                self._send(200, json.dumps({"kind": "Pod", "apiVersion": "v1"}).encode())
+            elif fault == "echo-token":
+                self._send(502, f"bad gateway for {self.headers.get('Authorization')}".encode(),
+                           "text/plain")
+            else:
+                code, body = _answer(path)
+                self._send(code, json.dumps(body).encode())
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                      daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"

@@ -1,5 +1,7 @@
-"""The scheduler's view: taken, adminAccess, taints, generations, completeness, shared counters,
-one node per claim, no DRA, and the diagnosis messages."""
+"""Preflight's input building and reporting around the upstream allocator: taken, adminAccess,
+taints, generations, completeness, shared counters, one node per claim, no DRA, and the
+diagnosis messages. Every decision here is the allocator program's (cluster/allocator); the
+expectations are what Kubernetes' allocator answers for the release named."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from draslice.cluster.analysis import (
     BLOCKED,
     FAIL,
     FREE,
+    INCOMPLETE,
     READY,
     SKIP,
     TAINTED,
@@ -106,18 +109,26 @@ def test_only_the_newest_pool_generation_counts(snapshot_of):
     assert any("MIG profiles published: 2g.20gb" in d for d in report.diagnosis)
 
 
-def test_incomplete_pool_is_reported_and_fails_all_mode(snapshot_of):
+@pytest.mark.parametrize("version, single", [("1.34", READY), ("1.35", FAIL), ("1.36", FAIL),
+                                              ("1.37", FAIL)])
+def test_incomplete_pool_per_release(snapshot_of, version, single):
+    """1.34 still takes a single device from a pool being updated; 1.35+ takes nothing from it.
+    Asking for all devices fails on it in every release."""
     part = rslice("node-a", [mig("gpu-0-mig-0"), mig("gpu-0-mig-1")], count=2)
-    report = analyze(snapshot_of(part), MIG_1G)
-    assert report.decision == READY  # ExactCount takes a device from an incomplete pool
+    report = analyze(snapshot_of(part), MIG_1G, kubernetes_version=version)
+    assert report.decision == single, report.reason
     assert report.pools[0]["complete"] is False
     assert any("incomplete: 1 of 2 slices" in n for n in report.notes)
+    if single == FAIL:
+        assert _request(report).counts() == {INCOMPLETE: 2}
     all_mode = copy.deepcopy(MIG_1G)
     exactly = all_mode["spec"]["spec"]["devices"]["requests"][0]["exactly"]
     exactly["allocationMode"] = "All"
     del exactly["count"]
-    failed = analyze(snapshot_of(part), all_mode)
-    assert failed.decision == FAIL and "asks for all devices" in failed.reason
+    failed = analyze(snapshot_of(part), all_mode, kubernetes_version=version)
+    assert failed.decision == FAIL
+    if version == "1.34":
+        assert "asks for all devices, but resource pool" in failed.reason
 
 
 def _partitionable(*, counters_in_own_slice: bool):
@@ -143,10 +154,12 @@ def _partitionable(*, counters_in_own_slice: bool):
     return [rslice("node-a", devices, shared_counters=counter_set)]
 
 
-@pytest.mark.parametrize("own_slice", [False, True])
-def test_shared_counters_block_overlapping_devices(snapshot_of, own_slice):
+@pytest.mark.parametrize("version", ["1.36", "1.37"])
+def test_shared_counters_block_overlapping_devices(snapshot_of, version):
+    """Partitionable devices (on by default from 1.36): counters in a slice of their own."""
     used = claim("job", {"pool": "node-a", "device": "gpu-0-mig-1g-0"})
-    report = analyze(snapshot_of(*_partitionable(counters_in_own_slice=own_slice), used), MIG_1G)
+    report = analyze(snapshot_of(*_partitionable(counters_in_own_slice=True), used), MIG_1G,
+                     kubernetes_version=version)
     states = {r.device: r.state for r in report.inventory}
     assert states == {"gpu-0": BLOCKED, "gpu-0-mig-1g-0": TAKEN, "gpu-0-mig-1g-1": FREE,
                       "gpu-0-mig-4g-0": BLOCKED}
@@ -154,6 +167,15 @@ def test_shared_counters_block_overlapping_devices(snapshot_of, own_slice):
     why = next(r.why for r in report.inventory if r.device == "gpu-0")
     assert "gpu-0-counters/memorySlice0" in why
     assert report.pools[0]["counter_sets"] == ["gpu-0-counters"]
+
+
+@pytest.mark.parametrize("version", ["1.34", "1.35"])
+def test_counter_consuming_devices_unusable_while_the_feature_is_off(snapshot_of, version):
+    report = analyze(snapshot_of(*_partitionable(counters_in_own_slice=True)), MIG_1G,
+                     kubernetes_version=version)
+    assert report.decision == FAIL
+    assert _request(report).counts() == {BLOCKED: 2}
+    assert "DRAPartitionableDevices is off" in _request(report).matches[0].why
 
 
 def test_full_gpu_allocated_blocks_every_mig_placement(snapshot_of):
@@ -234,14 +256,16 @@ def test_cel_runtime_error_fails_with_device_and_expression(snapshot_of):
         {"cel": {"expression": expr}}]
     report = analyze(snapshot_of(rslice("node-a", [gpu("gpu-0")])), template)
     assert report.decision == FAIL
-    assert expr in report.reason and "node-a/gpu.nvidia.com/gpu-0" in report.reason
+    assert report.reason.startswith(
+        "claim default/shared-gpu-timeslice: selector #0 on device gpu.nvidia.com/node-a/gpu-0: "
+        "CEL runtime error: no such key: profile")
 
 
 def test_cel_compile_error_names_the_expression(snapshot_of):
     template = copy.deepcopy(MIG_1G)
     template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
         {"cel": {"expression": "device.atributes['x'].y == 1"}}]
-    with pytest.raises(CelCompileError, match="undefined field 'atributes'"):
+    with pytest.raises(CelCompileError, match="does not compile .*undefined field 'atributes'"):
         analyze(snapshot_of(_two_migs()), template)
 
 
@@ -249,7 +273,9 @@ def test_missing_device_class_is_an_error(snapshot_of):
     template = copy.deepcopy(MIG_1G)
     template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "nope"
     report = analyze(snapshot_of(_two_migs()), template)
-    assert report.decision == FAIL and "DeviceClass 'nope' does not exist" in report.reason
+    assert report.decision == FAIL
+    assert report.reason.endswith('could not retrieve device class nope: '
+                                  'deviceclasses.resource.k8s.io "nope" not found')
     assert any("DeviceClass nope not found" in d for d in report.diagnosis)
 
 

@@ -1,16 +1,23 @@
-"""CEL selectors evaluated on every real ResourceSlice fixture, with the expected matches.
+"""CEL selectors evaluated on every real ResourceSlice fixture by the upstream DRA CEL (through
+the allocator program), with the expected matches.
 
 Each case names the devices (``node/device``) the expression must select; the table covers every
-file in tests/fixtures/resourceslices (a test fails if a new fixture has no cases).
+file in tests/fixtures/resourceslices (a test fails if a new fixture has no cases). The older API
+versions (v1beta1, v1alpha3) go through the same conversion preflight uses.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from draslice.cluster.cel import CelRuntimeError, compile_selector, device_activation
-from draslice.cluster.resources import build_inventory
-from tests.cluster.conftest import ALL_FIXTURES, load_fixture_objects
+from tests.cluster.conftest import (
+    ALL_FIXTURES,
+    analyze_objects,
+    exactly,
+    load_fixture_objects,
+    selected,
+    template_with,
+)
 
 GPU_CLASS = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
 MIG_CLASS = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"
@@ -98,19 +105,8 @@ CASES = {
 }
 
 
-def _devices(fixture):
-    return build_inventory(
-        [o for o in load_fixture_objects(fixture) if o["kind"] == "ResourceSlice"]
-    ).devices
-
-
-def _select(expression, devices) -> set[str]:
-    selector = compile_selector(expression)
-    return {
-        f"{d.node}/{d.name}" for d in devices
-        if selector.matches(device_activation(d.label, d.driver, d.attributes, d.capacity,
-                                              domains=selector.domains))
-    }
+def _slices(fixture):
+    return [o for o in load_fixture_objects(fixture) if o["kind"] == "ResourceSlice"]
 
 
 def test_every_fixture_has_cases():
@@ -123,16 +119,16 @@ def test_every_fixture_has_cases():
     ids=[f"{f.split('.')[0]}-{i}" for f, cases in CASES.items() for i in range(len(cases))],
 )
 def test_selector_on_fixture(fixture, expression, expected):
-    assert _select(expression, _devices(fixture)) == expected
+    assert selected(_slices(fixture), expression) == expected
 
 
 def test_unguarded_attribute_fails_on_a_real_device():
-    """A MIG-only attribute asked of a full GPU is an error the scheduler fails on, not false."""
-    devices = [d for d in _devices("h100-80gb-x8-two-nodes.k8s-1.35.list.yaml")
-               if d.driver == "gpu.nvidia.com"]
+    """A MIG-only attribute asked of a full GPU is an error the scheduler fails on, not false:
+    the allocator's own message, naming the device and the selector."""
+    slices = [s for s in _slices("h100-80gb-x8-two-nodes.k8s-1.35.list.yaml")
+              if s["spec"]["driver"] == "gpu.nvidia.com"]
     expression = 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'
-    with pytest.raises(CelRuntimeError) as err:
-        _select(expression, devices)
-    assert err.value.device == "gpu-node-1/gpu.nvidia.com/gpu-1"  # the first device published
-    assert err.value.expression == expression
-    assert 'Key not found in map : "profile"' in str(err.value)
+    report = analyze_objects(slices, template_with(exactly("gpu", "any", expression)))
+    assert report.decision == "fail"
+    assert "claim team-a/t: selector #0 on device gpu.nvidia.com/gpu-node-" in report.reason
+    assert "CEL runtime error: no such key: profile" in report.reason

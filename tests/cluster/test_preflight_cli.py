@@ -184,3 +184,132 @@ def test_help_explains_exit_codes_and_examples():
     assert res.exit_code == 0
     for text in ("77  skip", "--snapshot", "kubectl get deviceclasses", "--profile 1g.10gb"):
         assert text in res.output
+
+
+# --- bad input: one clear line, exit 2 (issue 14), and the JSON contract in error cases -------
+
+def _one_slice(tmp_path, **pool_or_capacity):
+    from tests.cluster.conftest import gpu, rslice
+
+    sl = rslice("node-a", [gpu("gpu-0", memory=pool_or_capacity.pop("memory", "81559Mi"))])
+    sl["spec"]["pool"].update(pool_or_capacity)
+    return str(write_snapshot(tmp_path / "dump.yaml", [sl]))
+
+
+def _one_line_exit_2(res, *needles):
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.output
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def test_binary_snapshot_is_one_line(tmp_path):
+    path = tmp_path / "dump.yaml"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe binary")
+    _one_line_exit_2(_invoke("--snapshot", str(path)), str(path), "not a text file")
+
+
+def test_malformed_capacity_quantity_is_the_allocators_refusal(tmp_path):
+    res = _invoke("--snapshot", _one_slice(tmp_path, memory="81559Mx"), "--shared", "mps")
+    _one_line_exit_2(res, "ResourceSlice node-a-gpu.nvidia.com-g1", "allocator",
+                     "quantities must match")
+
+
+def test_non_numeric_pool_generation(tmp_path):
+    res = _invoke("--snapshot", _one_slice(tmp_path, generation="two"), "--shared", "mps")
+    _one_line_exit_2(res, "ResourceSlice node-a-gpu.nvidia.com-g1", "generation")
+
+
+def test_empty_profile_is_refused(tmp_path):
+    res = _invoke("--snapshot", _one_slice(tmp_path), "--profile", "")
+    _one_line_exit_2(res, "invalid profile=''")
+
+
+def test_selector_that_does_not_compile_exits_2(tmp_path):
+    template = mig_claim_template("1g.10gb", namespace="kubeflow")
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+        {"cel": {"expression": "device.atributes['x'].y == 1"}}]
+    dump = write_snapshot(tmp_path / "dump.yaml",
+                          load_fixture_objects("h200-one-device.gke-1.36.yaml") + [template])
+    res = _invoke("--snapshot", str(dump), "--template", "mig-1g-10gb", "-n", "kubeflow")
+    _one_line_exit_2(res, "does not compile", "undefined field 'atributes'")
+    as_json = _invoke("--snapshot", str(dump), "--template", "mig-1g-10gb", "-n", "kubeflow",
+                      "--json")
+    assert as_json.exit_code == 2
+    out = json.loads(as_json.stdout)
+    assert out["decision"] == "error" and out["exit_code"] == 2
+    assert "does not compile" in out["reason"]
+
+
+def test_json_contract_of_a_decision(tmp_path):
+    fixture = "a100-80gb-mig-1g10gb.v1alpha3.list.yaml"
+    template = mig_claim_template("1g.10gb", namespace="kubeflow")
+    dump = _snapshot_file(fixture, tmp_path, template)
+    res = _invoke("--snapshot", dump, "--template", "mig-1g-10gb", "--namespace", "kubeflow",
+                  "--json")
+    out = json.loads(res.stdout)
+    assert res.exit_code == 0 and out["decision"] == "ready" and out["reason"]
+    (req,) = out["requests"]
+    assert {"name", "matching", "free", "errors"} <= set(req)
+    assert (req["name"], req["matching"], req["free"], req["errors"]) == ("gpu-slice", 1, 1, [])
+    assert out["kubernetes_version"] == "1.37"
+    assert out["allocation"] == [{"request": "gpu-slice", "driver": "gpu.nvidia.com",
+                                  "pool": "k8s-dra-driver-cluster-worker",
+                                  "device": "gpu-0-mig-19-6-1"}]
+
+
+def test_json_error_object_on_bad_input(tmp_path):
+    res = _invoke("--snapshot", str(tmp_path / "missing.yaml"), "--json")
+    assert res.exit_code == 2
+    out = json.loads(res.stdout)
+    assert out["decision"] == "error" and "missing.yaml" in out["error"]
+
+
+@pytest.mark.parametrize("version", ["1.34", "1.37"])
+def test_kubernetes_version_option(tmp_path, version):
+    res = _invoke("--snapshot", _one_slice(tmp_path), "--shared", "mps",
+                  "--kubernetes-version", version)
+    assert res.exit_code == 0, res.output
+    assert f"(Kubernetes {version})" in res.output
+    bad = _invoke("--snapshot", _one_slice(tmp_path), "--kubernetes-version", "1.20")
+    assert bad.exit_code == 2
+
+
+def test_missing_allocator_binary_is_one_line(tmp_path, monkeypatch):
+    """No packaged binary, no Go sources, no cache: one line that says how to get one."""
+    from draslice.cluster import allocator
+
+    monkeypatch.setattr(allocator, "HERE", tmp_path)
+    allocator.binary.cache_clear()
+    try:
+        res = _invoke("--snapshot", _one_slice(tmp_path), "--shared", "mps")
+    finally:
+        allocator.binary.cache_clear()
+    _one_line_exit_2(res, "no DRA allocator binary for Kubernetes 1.37", "make allocator",
+                     "wheel")
+
+
+def test_wrong_platform_allocator_binary_is_one_line(tmp_path, monkeypatch):
+    from draslice.cluster import allocator
+
+    wrong = tmp_path / "bin" / allocator.host_platform() / "allocator-1.37"
+    wrong.parent.mkdir(parents=True)
+    wrong.write_bytes(b"\xcf\xfa\xed\xfe" + b"\x00" * 64)  # a Mach-O header
+    wrong.chmod(0o755)
+    monkeypatch.setattr(allocator, "HERE", tmp_path)
+    allocator.binary.cache_clear()
+    try:
+        res = _invoke("--snapshot", _one_slice(tmp_path), "--shared", "mps")
+    finally:
+        allocator.binary.cache_clear()
+    _one_line_exit_2(res, "cannot run the DRA allocator", "another platform")
+
+
+def test_bad_kubernetes_version_in_json_mode_is_a_json_error(tmp_path):
+    res = _invoke("--snapshot", _one_slice(tmp_path), "--kubernetes-version", "1.20", "--json")
+    assert res.exit_code == 2
+    out = json.loads(res.stdout)
+    assert out["decision"] == "error" and "1.34, 1.35, 1.36, 1.37" in out["error"]

@@ -11,7 +11,6 @@ from kfp import dsl
 from draslice.components.finetune import finetune
 from draslice.components.gate import gate
 from draslice.components.preflight import preflight
-from draslice.components.sft import sft
 from draslice.components.smoke import smoke
 from draslice.components.validate import validate
 from draslice.errors import InvalidParameter, ModelLoadError, ValidationFailed
@@ -46,16 +45,18 @@ def test_smoke_outputs_the_slice_facts_and_metrics(tmp_path):
     assert metrics.metadata["matmul_rel_error"] < 1e-4
 
 
-def test_sft_then_validate_then_gate(tmp_path):
+def test_demo_finetune_then_validate_then_gate(tmp_path):
+    """The demo run is the fine-tune component with the built-in model and data."""
     adapter = _artifact(dsl.Model, tmp_path, "adapter")
     train_log = _artifact(dsl.Artifact, tmp_path, "train_log")
     sft_metrics = _artifact(dsl.Metrics, tmp_path, "sft_metrics")
-    out = sft.python_func(adapter=adapter, train_log=train_log, metrics=sft_metrics,
-                          device="cpu", steps=30)
+    out = finetune.python_func(adapter=adapter, train_log=train_log, metrics=sft_metrics,
+                               device="cpu", steps=30)
     assert out.loss_drop >= 0.3
     assert json.loads(out.device_json)["device"] == "cpu"
     assert sft_metrics.metadata["peak_mem_gib"] == out.peak_mem_gib
     assert adapter.metadata["framework"] == "peft"
+    assert adapter.metadata["base_model"] == "demo"
 
     def run_validate(min_loss_drop):
         report = _artifact(dsl.HTML, tmp_path, f"report-{min_loss_drop}")
@@ -84,7 +85,7 @@ def test_sft_then_validate_then_gate(tmp_path):
 
 
 def test_components_install_nothing_at_run_time():
-    for component in (preflight, smoke, sft, finetune, validate, gate):
+    for component in (preflight, smoke, finetune, validate, gate):
         container = component.component_spec.implementation.container
         command = " ".join(container.command)
         assert "pip install" not in command, component.name
@@ -114,11 +115,14 @@ def _finetune_outputs(tmp_path):
                 metrics=_artifact(dsl.Metrics, tmp_path, "ft_metrics"))
 
 
-@pytest.mark.parametrize("model_dir, with_artifact, word", [("", False, "neither"),
-                                                            ("models/base", True, "both")])
-def test_finetune_takes_its_base_model_from_one_place(tmp_path, model_dir, with_artifact, word):
+@pytest.mark.parametrize("model_dir, with_artifact, message", [
+    ("", False, "model_dir='': a real fine-tune needs both model_dir"),
+    ("models/base", True, "model_dir='models/base': give the base model once.*not both"),
+])
+def test_finetune_takes_its_base_model_from_one_place(tmp_path, model_dir, with_artifact,
+                                                      message):
     base = _artifact(dsl.Model, tmp_path, "base") if with_artifact else None
-    with pytest.raises(InvalidParameter, match=f"model_dir=.*give the base model once.*not {word}"):
+    with pytest.raises(InvalidParameter, match=message):
         finetune.python_func(**_finetune_outputs(tmp_path), data="d.jsonl", model_dir=model_dir,
                              base_model=base, mount_path=str(tmp_path), device="cpu")
     assert not (tmp_path / "adapter").exists()  # refused before any work

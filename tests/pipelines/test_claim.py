@@ -8,8 +8,9 @@ from kfp import dsl
 from draslice.cluster.names import validate_template_name
 from draslice.components.smoke import smoke
 from draslice.errors import InvalidParameter
+from draslice.pipelines.canary import pipeline as canary
 from draslice.pipelines.claim import CLAIM_LABEL, NATIVE_FIELD, ClaimMode, bind_claim
-from draslice.pipelines.slice_sft import build_canary_pipeline, build_sft_pipeline
+from draslice.pipelines.demo import pipeline as demo
 
 
 @pytest.mark.parametrize("name", ["mig-1g-6gb", "shared-gpu-timeslice", "a", "gpu-slice-2",
@@ -58,6 +59,6 @@ def test_bad_mode_and_bad_template_fail_at_compile_time():
     with pytest.raises(InvalidParameter, match="'policy'.*'native'"):
         bind_claim(_task(), "mig-1g-6gb", "annotation")
     with pytest.raises(InvalidParameter, match="claim_template"):
-        build_sft_pipeline("MIG_1g")
+        demo.build("MIG_1g")
     with pytest.raises(InvalidParameter, match="claim_template"):
-        build_canary_pipeline("x" * 64)
+        canary.build("x" * 64)

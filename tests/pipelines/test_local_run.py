@@ -16,7 +16,7 @@ def test_default_pipeline_passes_and_keeps_every_artifact(tmp_path):
     assert result.verdict.startswith("# draslice verdict: PASS")
     (pipeline_dir,) = run_dir.iterdir()
     for path in ("preflight/report", "smoke/executor_output.json",
-                 "sft/adapter/adapter/adapter_config.json", "sft/train_log",
+                 "finetune/adapter/adapter/adapter_config.json", "finetune/train_log",
                  "validate/report", "validate/summary"):
         assert (pipeline_dir / path).exists(), path
 

@@ -55,14 +55,14 @@ def test_snapshot_that_can_serve_the_template_runs_the_gpu_steps(tmp_path):
 
     from draslice.cluster.templates import mig_claim_template
     from draslice.pipelines import kfp_local_fixes
-    from draslice.pipelines.slice_sft import build_canary_pipeline
+    from draslice.pipelines.canary import pipeline as canary
 
     dump = write_snapshot(tmp_path / "dump.yaml", [
         rslice("node-a", [mig("gpu-0-mig-0")]), mig_claim_template("1g.10gb", namespace="ml")])
     kfp_local_fixes.install()
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "r"),
                raise_on_error=True)
-    build_canary_pipeline("mig-1g-10gb")(preflight_source=str(dump), device="cpu")
+    canary.build("mig-1g-10gb")(preflight_source=str(dump), device="cpu")
     (pipeline_dir,) = (tmp_path / "r").iterdir()
     assert sorted(p.name for p in pipeline_dir.iterdir()) == ["preflight", "smoke"]
     report = (pipeline_dir / "preflight" / "report").read_text()

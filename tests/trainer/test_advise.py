@@ -91,7 +91,7 @@ def test_advise_command_without_measuring():
 def test_advise_measures_a_real_model_run(tiny_llama, demo_data):
     result = CliRunner().invoke(main, [
         "advise", "--model-dir", str(tiny_llama), "--data", str(demo_data["chat"]),
-        "--max-length", "64", "--batch-size", "4", "--device", "cpu", "--steps", "1",
+        "--max-length", "64", "--batch-size", "4", "--device", "cpu", "--measure-steps", "1",
         "--gpu", "A100-40GB", "--json",
     ])
     assert result.exit_code == 0, result.output

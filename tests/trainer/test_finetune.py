@@ -16,10 +16,12 @@ from draslice.errors import (
     ModelLoadError,
 )
 from draslice.trainer import budget
+from draslice.trainer.artifacts import ADAPTER_DIR, MERGED_DIR, RUN_FILE
+from draslice.trainer.config import SFTConfig
 from draslice.trainer.examples import IGNORE
 from draslice.trainer.loss import causal_lm_loss, to_device
 from draslice.trainer.model import LLAMA_ATTENTION_AND_MLP, ModelShape, build_base, wrap_lora
-from draslice.trainer.sft import ADAPTER_DIR, MERGED_DIR, RUN_FILE, SFTConfig, train
+from draslice.trainer.sft import train
 from draslice.trainer.validate import check_adapter
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -8,7 +8,8 @@ import torch
 from draslice.errors import SliceOutOfMemory
 from draslice.trainer import device as dev
 from draslice.trainer import loglines
-from draslice.trainer.sft import SFTConfig, train
+from draslice.trainer.config import SFTConfig
+from draslice.trainer.sft import train
 from tests.conftest import requires_cuda
 
 pytestmark = [pytest.mark.gpu, requires_cuda]
@@ -47,10 +48,22 @@ def test_a_run_without_a_cap_after_a_capped_one_gets_the_whole_device_back(tmp_p
 def test_cuda_graph_compile_trains_like_eager_on_the_gpu(tmp_path):
     """reduce-overhead: the body replayed as CUDA graphs; same losses as eager within bf16
     noise, and the step-begin marks keep graph buffers from being overwritten while in use."""
-    eager = train(SFTConfig(steps=20), tmp_path / "e", tmp_path / "e.jsonl",
+    eager = train(SFTConfig(steps=20, compile="off"), tmp_path / "e", tmp_path / "e.jsonl",
                   log=lambda _line: None)
     graphs = train(SFTConfig(steps=20, compile="reduce-overhead"), tmp_path / "g",
                    tmp_path / "g.jsonl", log=lambda _line: None)
     assert graphs.initial_loss == pytest.approx(eager.initial_loss, rel=1e-2)
     assert graphs.final_loss == pytest.approx(eager.final_loss, rel=5e-2)
     assert graphs.loss_drop >= 0.3
+
+
+def test_the_default_replays_the_body_as_a_cuda_graph_and_trains_like_eager(tmp_path):
+    """compile="auto" on a GPU with fixed-width batches: the body captured once
+    (make_graphed_callables) and replayed; same losses as eager within bf16 noise."""
+    eager = train(SFTConfig(steps=20, compile="off"), tmp_path / "e", tmp_path / "e.jsonl",
+                  log=lambda _line: None)
+    lines: list[str] = []
+    graphs = train(SFTConfig(steps=20), tmp_path / "g", tmp_path / "g.jsonl", log=lines.append)
+    assert "speed: cudagraphs" in lines and not any("capture failed" in x for x in lines)
+    assert graphs.initial_loss == pytest.approx(eager.initial_loss, rel=1e-2)
+    assert graphs.final_loss == pytest.approx(eager.final_loss, rel=5e-2)

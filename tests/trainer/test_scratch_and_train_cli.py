@@ -117,14 +117,3 @@ def test_train_command_bad_data_is_one_error_line(tiny_llama, tmp_path):
     assert result.exit_code == 2
     assert f"error: {data}:2: not valid JSON" in result.output
     assert "Traceback" not in result.output
-
-
-def test_train_command_offers_exactly_the_trainers_choices():
-    """steps_cmd spells the choices out so `draslice --help` need not import torch; they must
-    stay the trainer's own."""
-    from draslice.cli.commands.steps_cmd import train
-    from draslice.trainer.sft import COMPILE_MODES, LR_SCHEDULES
-
-    options = {p.name: p for p in train.params}
-    assert tuple(options["compile"].type.choices) == COMPILE_MODES
-    assert tuple(options["lr_schedule"].type.choices) == LR_SCHEDULES

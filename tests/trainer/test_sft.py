@@ -9,8 +9,10 @@ import pytest
 
 from draslice.errors import InvalidParameter, TrainingDiverged
 from draslice.trainer import loglines
+from draslice.trainer.artifacts import ADAPTER_DIR, REFERENCE_FILE, RUN_FILE
+from draslice.trainer.config import SFTConfig
 from draslice.trainer.model import GPT2_ATTENTION_ONLY, ModelShape
-from draslice.trainer.sft import ADAPTER_DIR, REFERENCE_FILE, RUN_FILE, SFTConfig, train
+from draslice.trainer.sft import train
 
 
 def test_default_run_prints_the_seed_lines_in_order(trained):
@@ -73,14 +75,15 @@ def test_seed_attention_only_choice_is_one_parameter_away(tmp_path):
         ({"device": "cuda:7"}, "device"),
         ({"learning_rate": 0.0}, "learning_rate"),
         ({"lora_targets": "q_proj"}, "lora_targets"),
-        ({"shape": ModelShape(n_embd=250, n_head=4)}, "n_head"),
+        ({"n_embd": 250, "n_head": 4}, "n_head"),
         ({"compile": "yes"}, "compile"),
     ],
 )
 def test_bad_input_is_refused_before_training(tmp_path, overrides, name):
     lines: list[str] = []
     with pytest.raises(InvalidParameter) as err:
-        train(SFTConfig(**overrides), tmp_path / "a", tmp_path / "m.jsonl", log=lines.append)
+        train(SFTConfig.from_params(overrides), tmp_path / "a", tmp_path / "m.jsonl",
+              log=lines.append)
     assert err.value.name == name
     assert not any(line.startswith("{'loss'") for line in lines)  # no step ran
     assert not (tmp_path / "m.jsonl").exists()

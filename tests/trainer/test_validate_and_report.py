@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 import shutil
 
@@ -10,8 +11,8 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from draslice.errors import DrasliceError, InvalidParameter
-from draslice.trainer import report
-from draslice.trainer.sft import ADAPTER_DIR
+from draslice.trainer import outputs, report
+from draslice.trainer.artifacts import ADAPTER_DIR
 from draslice.trainer.validate import read_losses, validate
 
 
@@ -45,6 +46,13 @@ def test_too_little_learning_fails_loss(trained):
     assert "need >= 95%" in verdict.checks[1].detail
 
 
+def _recommit(folder):
+    """Rewrite the run's record for files changed on purpose: a whole set with those files,
+    so the check under test (not the set's size record) is what must notice."""
+    raw = json.loads((folder / outputs.RUN_FILE).read_text())
+    outputs.commit(folder, {k: v for k, v in raw.items() if k != outputs.FILES_KEY})
+
+
 def test_tampered_adapter_fails_the_reload_check(trained, tmp_path):
     copy = tmp_path / "adapter"
     shutil.copytree(trained["dir"], copy)
@@ -53,6 +61,7 @@ def test_tampered_adapter_fails_the_reload_check(trained, tmp_path):
     name = next(k for k in tensors if "lora_B" in k)
     tensors[name] = tensors[name] * 3
     save_file(tensors, weights)
+    _recommit(copy)
     verdict = _validate(trained, model_dir=copy)
     assert not verdict.passed
     assert not verdict.checks[2].passed
@@ -74,6 +83,7 @@ def test_zeroed_adapter_fails_even_though_it_reproduces_nothing(trained, tmp_pat
     with torch.no_grad():
         ref["logits"] = build_base(ModelShape(), 0)(input_ids=ref["input_ids"]).logits
     torch.save(ref, copy / "reference_logits.pt")
+    _recommit(copy)
     verdict = _validate(trained, model_dir=copy)
     assert not verdict.checks[2].passed
     assert "no effect" in verdict.checks[2].detail

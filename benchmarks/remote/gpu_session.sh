@@ -3,15 +3,15 @@
 # folder (a carry holds 64 MiB; fetch_gpu_wheels.sh fills .whl/ and puts the draslice wheel in
 # every folder). Run from the repository root on the GPU host; each part fits one 600 s call.
 #
-#   bash benchmarks/gpu_session.sh fit    # carry .whl/bench-c: fit_1.5b, fit_7b (4-bit QLoRA)
-#   bash benchmarks/gpu_session.sh seed   # carry .whl/bench-a: env, matmul, seed comparison (TRL too)
-#   bash benchmarks/gpu_session.sh gpt2   # carry .whl/bench-a: env, matmul, GPT-2-124M comparison
-#   bash benchmarks/gpu_session.sh tests  # carry .whl/cli: pytest -m gpu, then draslice run on the GPU
+#   bash benchmarks/remote/gpu_session.sh fit    # carry .whl/bench-c: fit_1.5b, fit_7b (4-bit QLoRA)
+#   bash benchmarks/remote/gpu_session.sh seed   # carry .whl/bench-a: env, matmul, seed comparison (TRL too)
+#   bash benchmarks/remote/gpu_session.sh gpt2   # carry .whl/bench-a: env, matmul, GPT-2-124M comparison
+#   bash benchmarks/remote/gpu_session.sh tests  # carry .whl/cli: pytest -m gpu, then draslice run on the GPU
 #
 # Results go to $OUT/<part> (OUT defaults to ./gpu-out); BUDGET_S overrides the driver's budget.
 set -euo pipefail
 part=${1:-}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 out=${OUT:-$root/gpu-out}/$part
 budget=${BUDGET_S:-520}
@@ -21,10 +21,10 @@ case $part in
     seed) wheels=.whl/bench-a; steps=(--only env --only matmul --only compare_seed) ;;
     gpt2) wheels=.whl/bench-a; steps=(--only env --only matmul --only compare_gpt2_124m) ;;
     tests) wheels=.whl/cli ;;
-    *) echo "usage: bash benchmarks/gpu_session.sh fit|seed|gpt2|tests" >&2; exit 2 ;;
+    *) echo "usage: bash benchmarks/remote/gpu_session.sh fit|seed|gpt2|tests" >&2; exit 2 ;;
 esac
 if ! compgen -G "$root/$wheels/draslice-*.whl" > /dev/null; then
-    echo "error: no draslice wheel in $wheels: run bash benchmarks/fetch_gpu_wheels.sh first" >&2
+    echo "error: no draslice wheel in $wheels: run bash benchmarks/remote/fetch_gpu_wheels.sh first" >&2
     exit 2
 fi
 mkdir -p "$out"
@@ -46,7 +46,7 @@ fi
 export PYTHONPATH=$site PATH=$site/bin:$PATH
 
 if [ "$part" != tests ]; then
-    exec python3 benchmarks/gpu_all.py --out "$out" --budget-s "$budget" \
+    exec python3 benchmarks/remote/gpu_all.py --out "$out" --budget-s "$budget" \
         --wheels "$root/$wheels" "${steps[@]}"
 fi
 # The tests run from a copy: in the checkout, its draslice/ folder (the CLI half of the

@@ -1,6 +1,6 @@
 """Every GPU benchmark of issue 6 in one call, inside a hard time budget.
 
-    PYTHONPATH=<draslice installed> python benchmarks/gpu_all.py --out $OUT \\
+    PYTHONPATH=<draslice installed> python benchmarks/remote/gpu_all.py --out $OUT \\
         [--wheels DIR ...] [--smoke] [--budget-s 470]
 
 Steps, each in its own process with its own timeout, in this order: (wheels: layer the
@@ -30,7 +30,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-HERE = Path(__file__).resolve().parent
+# The benchmark scripts live one folder up; this folder holds only the remote-host plumbing.
+HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
 
 from childproc import ChildOutcome, kill_children_on_term, run_child, write_json  # noqa: E402

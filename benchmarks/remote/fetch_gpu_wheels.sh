@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Download the wheels of benchmarks/gpu_wheels.txt for the GPU host (CPython 3.12, manylinux
+# Download the wheels of benchmarks/remote/gpu_wheels.txt for the GPU host (CPython 3.12, manylinux
 # x86_64) into .whl/<group>/, build the draslice wheel into .whl/bench-a/, and check that
 # every group fits one carry.
 #
-#   bash benchmarks/fetch_gpu_wheels.sh [DEST]      (DEST defaults to .whl)
+#   bash benchmarks/remote/fetch_gpu_wheels.sh [DEST]      (DEST defaults to .whl)
 #   PIP="python3 -m pip" to choose the pip; CARRY_MIB (default 54) is the per-group limit:
 #   64 MiB per carry, less room for the working tree that travels with it.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DEST=${1:-.whl}
 PIP=${PIP:-python3 -m pip}
 CARRY_MIB=${CARRY_MIB:-54}
-LIST=benchmarks/gpu_wheels.txt
+LIST=benchmarks/remote/gpu_wheels.txt
 
 platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
            --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64
@@ -31,7 +31,7 @@ $PIP wheel --quiet --no-deps --no-build-isolation -w "$DEST/bench-a" .
 if grep -q '^cli ' "$LIST"; then
     $PIP wheel --quiet --no-deps -w "$DEST/cli" kfp-server-api==2.17.3
 fi
-# Every folder travels alone (benchmarks/gpu_session.sh): each gets the draslice wheel.
+# Every folder travels alone (benchmarks/remote/gpu_session.sh): each gets the draslice wheel.
 for group in $groups; do
     [ "$group" = bench-a ] || cp "$DEST"/bench-a/draslice-*.whl "$DEST/$group/"
 done

@@ -1,0 +1,489 @@
+"""Our loop against the trainers users pick for speed, on the shapes they fine-tune in a slice.
+
+    python benchmarks/peer_trainers.py --shape qwen2.5-1.5b --seq 2048 \
+        [--peers ours,hf,hf-liger,trl,unsloth] [--caps none,2g.12gb,1g.6gb] [--sms N]
+        [--batch B] [--smoke] [--peak-tflops X] [--json-out FILE]
+
+Shapes (random init from the published configs, nothing downloaded): ``qwen2.5-0.5b``,
+``qwen2.5-1.5b`` (Qwen2, bf16 weights) and ``llama-7b`` (Llama-2-7B, 4-bit NF4 QLoRA). LoRA
+r=16, alpha=16 on every linear projection (q, k, v, o, gate, up, down), learning rate 2e-4
+constant, AdamW fused, no gradient clipping, bf16 autocast. Data: the same packed rows for all
+(prompt/completion JSONL, ~98% of tokens labelled, packed to ``--seq`` by draslice's own
+``pack``; the peers get the very token ids and labels our loader produced).
+
+Peers, each in a fresh process per (peer, cap group):
+
+- ``ours``: ``draslice.trainer.sft.train`` with its defaults (``compile="auto"``);
+- ``hf``: HF ``Trainer`` + peft (the seed's approach);
+- ``hf-liger``: the same with ``use_liger_kernel=True`` (what LlamaFactory's
+  ``enable_liger_kernel`` does: Liger's RoPE, RMSNorm, SwiGLU and fused linear cross-entropy);
+- ``trl``: TRL ``SFTTrainer`` + peft;
+- ``unsloth``: Unsloth's ``FastLanguageModel`` + its ``SFTTrainer`` patches.
+
+Caps: ``none`` (no cap, no gradient checkpointing, batch ``--batch``), and the emulated slices
+(per-process CUDA memory cap, ``trainer/device.py``) with each tool's memory levers on
+(gradient checkpointing; Unsloth's own offloaded checkpointing): there the largest batch that
+fits is searched downward, and its tokens/s and peak are reported. ``--sms N`` runs everything
+inside a CUDA green context of N SMs (compute emulation; the GPU's settings are not touched).
+
+Timing as in ``compare_trainers.py``: warm-up steps excluded, clock from the end of the
+warm-up step to the end of the last, tokens/s = timed steps x batch x seq / interval. MFU on
+the LoRA FLOPs (``flops.py``) over the matmul peak measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The repository root too: the random-init model builder is a test helper (tests/scratch.py).
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+
+from childproc import kill_children_on_term, run_child, write_json  # noqa: E402
+from flops import FlopCount, mfu  # noqa: E402
+
+PEERS = {
+    "ours": "draslice SFT loop (default)",
+    "hf": "HF Trainer + peft",
+    "hf-liger": "HF Trainer + peft + Liger",
+    "trl": "TRL SFTTrainer + peft",
+    "unsloth": "Unsloth",
+}
+CAPS = {"none": 0.0, "2g.12gb": 11.5, "1g.6gb": 5.75}
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LORA_R = LORA_ALPHA = 16
+LEARNING_RATE = 2e-4
+STEP_LINE = re.compile(r"'step': (\d+)")
+
+
+@dataclass(frozen=True)
+class Shape:
+    arch: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    tied: bool
+    quantized: bool = False
+
+    def flops(self, seq: int) -> FlopCount:
+        """Per-token FLOPs, counted from the shape (the same formula as ``flops.flop_count``)."""
+        head_dim = self.hidden // self.heads
+        q, kv = self.heads * head_dim, self.kv_heads * head_dim
+        d = self.hidden
+        dims = {"q_proj": (d, q), "k_proj": (d, kv), "v_proj": (d, kv), "o_proj": (q, d),
+                "gate_proj": (d, self.ffn), "up_proj": (d, self.ffn),
+                "down_proj": (self.ffn, d)}
+        per_layer = sum(i * o for i, o in dims.values())
+        lora = sum(LORA_R * (i + o) for i, o in dims.values())
+        return FlopCount(self.layers * per_layer + self.vocab * d, self.layers * lora,
+                         self.layers, d, seq)
+
+
+SHAPES = {
+    "qwen2.5-0.5b": Shape("qwen2", 896, 24, 14, 2, 4864, 151936, tied=True),
+    "qwen2.5-1.5b": Shape("qwen2", 1536, 28, 12, 2, 8960, 151936, tied=True),
+    "llama-7b": Shape("llama", 4096, 32, 32, 32, 11008, 32000, tied=False, quantized=True),
+    "smoke": Shape("qwen2", 64, 2, 4, 2, 128, 512, tied=True),
+}
+# Batch searched downward under a cap (rows of --seq tokens), largest first.
+FIT_BATCHES = (64, 32, 24, 16, 12, 8, 6, 4, 3, 2, 1)
+
+
+# ----------------------------------------------------------------------------------------
+# Inputs shared by every peer: the model directory and the packed rows.
+
+
+def prepare(shape_name: str, seq: int, root: Path, smoke: bool) -> dict:
+    """Write the random-init model (with its tokenizer) and the JSONL data once."""
+    import torch
+
+    from tests.scratch import save_scratch_model
+
+    shape = SHAPES[shape_name]
+    model_dir = root / shape_name
+    if not model_dir.exists():  # built aside and renamed: a killed run leaves no half model
+        partial = root / f".{shape_name}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        save_scratch_model(
+            partial, shape.arch, hidden_size=shape.hidden, num_layers=shape.layers,
+            num_heads=shape.heads, num_kv_heads=shape.kv_heads, intermediate_size=shape.ffn,
+            vocab_size=shape.vocab, max_positions=max(4096, seq), tie_word_embeddings=shape.tied,
+            device="cuda" if torch.cuda.is_available() and not smoke else "cpu",
+        )
+        partial.rename(model_dir)
+    data = root / f"data-{seq}.jsonl"
+    if not data.exists():  # written whole, then renamed, for the same reason
+        rng = random.Random(0)
+        words = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "slice",
+                 "model", "adapter", "train"]
+        rows = (64 if smoke else 256) * seq // 200 + 8
+        data.with_suffix(".partial").write_text("".join(
+            json.dumps({"prompt": "text:", "completion": " " + " ".join(
+                rng.choice(words) for _ in range(200))}) + "\n" for _ in range(rows)))
+        data.with_suffix(".partial").rename(data)
+    return {"model_dir": str(model_dir), "data": str(data)}
+
+
+def packed_rows(model_dir: str, data: str, seq: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Our loader's packed rows (ids, labels), full-width rows only: what every peer trains."""
+    from draslice.trainer.examples import load_examples, pack
+    from draslice.trainer.model import load_tokenizer
+
+    _fmt, rows = load_examples(data, load_tokenizer(model_dir), "prompt-completion", seq)
+    rows = pack(rows, seq)
+    keep = [i for i, ids in enumerate(rows.input_ids) if len(ids) == seq]
+    return [rows.input_ids[i] for i in keep], [rows.labels[i] for i in keep]
+
+
+# ----------------------------------------------------------------------------------------
+# One attempt of one peer: train warmup + timed steps at one batch size, in this process.
+
+
+class _Clock:
+    def __init__(self, warmup: int, last: int) -> None:
+        self.warmup, self.last = warmup, last
+        self.marks: dict[int, float] = {}
+
+    def stamp(self, step: int) -> None:
+        if step in (self.warmup, self.last):
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.marks[step] = time.perf_counter()
+
+    def callback(self):
+        from transformers import TrainerCallback
+
+        clock = self
+
+        class StepClock(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):  # noqa: ARG002
+                clock.stamp(state.global_step)
+                return control
+
+        return StepClock()
+
+
+def _train_ours(ctx: dict, batch: int, checkpointing: bool, clock: _Clock) -> None:
+    from draslice.trainer.sft import SFTConfig, train
+
+    def log(line: str) -> None:
+        match = STEP_LINE.search(line)
+        if match:
+            clock.stamp(int(match[1]))
+        elif line.startswith("speed:"):
+            print(line, flush=True)
+
+    shape = ctx["shape"]
+    cfg = SFTConfig(
+        model_dir=ctx["model_dir"], data=ctx["data"], data_format="prompt-completion",
+        max_length=ctx["seq"], pack=True, batch_size=batch, steps=clock.last,
+        lora_r=LORA_R, lora_alpha=LORA_ALPHA, lora_targets=",".join(TARGETS),
+        learning_rate=LEARNING_RATE, log_every=1, bf16_weights=not shape.quantized,
+        load_in_4bit=shape.quantized, gradient_checkpointing=checkpointing,
+        device="cuda" if not ctx["smoke"] else "cpu",
+    )
+    with tempfile.TemporaryDirectory(prefix="peer-ours-") as tmp:
+        train(cfg, tmp, f"{tmp}/metrics.jsonl", log=log)
+
+
+def _dataset(ctx: dict, batch: int, steps: int):
+    """Enough of the packed rows (cycled) for ``steps`` batches."""
+    ids, labels = ctx["rows"]
+    need = batch * steps
+    order = [i % len(ids) for i in range(need)]
+    return [{"input_ids": ids[i], "labels": labels[i]} for i in order]
+
+
+def _trainer_args(ctx: dict, batch: int, steps: int, checkpointing: bool, tmp: str, **extra):
+    cuda = not ctx["smoke"]
+    return dict(
+        output_dir=tmp, max_steps=steps, per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1, learning_rate=LEARNING_RATE, lr_scheduler_type="constant",
+        warmup_steps=0, weight_decay=0.0, max_grad_norm=0.0, bf16=cuda,
+        optim="adamw_torch_fused" if cuda else "adamw_torch",
+        gradient_checkpointing=checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False} if checkpointing else None,
+        logging_strategy="no", save_strategy="no", eval_strategy="no", report_to=[],
+        disable_tqdm=True, dataloader_num_workers=0, seed=0, use_cpu=not cuda,
+        remove_unused_columns=False, **extra,
+    )
+
+
+def _peft_model(ctx: dict):
+    import torch
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from transformers import AutoModelForCausalLM
+
+    from draslice.trainer.model import qlora_config
+
+    shape = ctx["shape"]
+    kwargs: dict = {"dtype": torch.bfloat16, "local_files_only": True}
+    if shape.quantized:
+        kwargs.update(quantization_config=qlora_config(), device_map={"": 0})
+    model = AutoModelForCausalLM.from_pretrained(ctx["model_dir"], **kwargs)
+    model.config.use_cache = False
+    if shape.quantized:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    return get_peft_model(model, LoraConfig(r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
+                                            target_modules=list(TARGETS), task_type="CAUSAL_LM"))
+
+
+def _train_hf(ctx: dict, batch: int, checkpointing: bool, clock: _Clock, liger: bool) -> None:
+    from transformers import Trainer, TrainingArguments
+
+    model = _peft_model(ctx)
+    if not ctx["smoke"]:
+        model.to("cuda")
+    with tempfile.TemporaryDirectory(prefix="peer-hf-") as tmp:
+        args = TrainingArguments(**_trainer_args(ctx, batch, clock.last, checkpointing, tmp,
+                                                 use_liger_kernel=liger))
+        trainer = Trainer(model=model, args=args, callbacks=[clock.callback()],
+                          train_dataset=_dataset(ctx, batch, clock.last))
+        trainer.train()
+
+
+def _train_trl(ctx: dict, batch: int, checkpointing: bool, clock: _Clock) -> None:
+    from datasets import Dataset
+    from trl import SFTConfig as TrlConfig
+    from trl import SFTTrainer
+
+    from draslice.trainer.model import load_tokenizer
+
+    model = _peft_model(ctx)
+    with tempfile.TemporaryDirectory(prefix="peer-trl-") as tmp:
+        args = TrlConfig(**_trainer_args(ctx, batch, clock.last, checkpointing, tmp),
+                         max_length=ctx["seq"], packing=False, padding_free=False)
+        trainer = SFTTrainer(model=model, args=args, callbacks=[clock.callback()],
+                             processing_class=load_tokenizer(ctx["model_dir"]),
+                             train_dataset=Dataset.from_list(_dataset(ctx, batch, clock.last)))
+        trainer.train()
+
+
+def _train_unsloth(ctx: dict, batch: int, checkpointing: bool, clock: _Clock) -> None:
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig as TrlConfig
+    from trl import SFTTrainer
+    from unsloth import FastLanguageModel  # imported first in this process (child_main)
+
+    shape = ctx["shape"]
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=ctx["model_dir"], max_seq_length=ctx["seq"], dtype=torch.bfloat16,
+        load_in_4bit=shape.quantized, local_files_only=True)
+    model = FastLanguageModel.get_peft_model(
+        model, r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=list(TARGETS),
+        bias="none", use_gradient_checkpointing="unsloth" if checkpointing else False)
+    with tempfile.TemporaryDirectory(prefix="peer-unsloth-") as tmp:
+        args = TrlConfig(**_trainer_args(ctx, batch, clock.last, False, tmp),
+                         max_length=ctx["seq"], packing=False, padding_free=False)
+        trainer = SFTTrainer(model=model, args=args, callbacks=[clock.callback()],
+                             processing_class=tokenizer,
+                             train_dataset=Dataset.from_list(_dataset(ctx, batch, clock.last)))
+        trainer.train()
+
+
+def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, steps: int
+            ) -> dict:
+    """Train ``warmup + steps`` steps at ``batch``; tokens/s and peak, or ``oom``."""
+    import torch
+
+    clock = _Clock(warmup, warmup + steps)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    try:
+        if peer == "ours":
+            _train_ours(ctx, batch, checkpointing, clock)
+        elif peer in ("hf", "hf-liger"):
+            _train_hf(ctx, batch, checkpointing, clock, liger=peer == "hf-liger")
+        elif peer == "trl":
+            _train_trl(ctx, batch, checkpointing, clock)
+        else:
+            _train_unsloth(ctx, batch, checkpointing, clock)
+    except Exception as err:  # noqa: BLE001 -- an OOM is a result here, anything else too
+        oom = isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
+        what = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
+        return {"batch": batch, "oom": oom, "error": what}
+    finally:
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    run_s = time.perf_counter() - start
+    if set(clock.marks) != {warmup, warmup + steps}:
+        return {"batch": batch, "oom": False, "error": f"clock saw steps {sorted(clock.marks)}"}
+    seconds = clock.marks[warmup + steps] - clock.marks[warmup]
+    tokens = steps * batch * ctx["seq"]
+    peak = torch.cuda.max_memory_reserved() / 1024**3 if torch.cuda.is_available() else None
+    return {"batch": batch, "oom": False, "tokens_per_step": batch * ctx["seq"],
+            "tokens_per_s": tokens / seconds, "peak_reserved_gib": peak, "run_s": run_s}
+
+
+def child_main(args: argparse.Namespace) -> None:
+    """One peer, one cap group, in this fresh process."""
+    if args.peer == "unsloth":
+        import unsloth  # noqa: F401 -- before transformers/peft/trl, as Unsloth requires
+    import torch
+
+    from draslice.trainer import device as dev
+
+    if args.sms and torch.cuda.is_available():
+        from sm_cap import enter_green_context
+
+        enter_green_context(args.sms, args.sm_way)
+    shape = SHAPES[args.shape]
+    ctx = {"shape": shape, "seq": args.seq, "smoke": args.smoke, **json.loads(args.inputs)}
+    ctx["rows"] = packed_rows(ctx["model_dir"], ctx["data"], args.seq)
+    out: dict = {"peer": args.peer, "runs": {}}
+    for cap_name in args.caps.split(","):
+        cap = CAPS[cap_name]
+        if torch.cuda.is_available() and not args.smoke:
+            dev.apply_slice_cap(torch.device("cuda", 0), cap)
+        if cap == 0:
+            result = attempt(args.peer, ctx, args.batch, False, args.warmup, args.steps)
+            out["runs"][cap_name] = {"cap_gib": None, **result}
+        else:
+            tries = []
+            for batch in [b for b in FIT_BATCHES if b <= args.fit_max]:
+                result = attempt(args.peer, ctx, batch, True, 2, max(2, args.steps // 2))
+                tries.append({k: result.get(k) for k in ("batch", "oom", "error")})
+                fits = "tokens_per_s" in result and (result["peak_reserved_gib"] or 0) <= cap
+                if fits or (not result.get("oom") and "error" in result):
+                    break
+            out["runs"][cap_name] = {"cap_gib": cap, **result, "fits": fits, "tries": tries}
+        print(f"{args.peer} {cap_name}: {json.dumps(out['runs'][cap_name])}", flush=True)
+        write_json(args.result, out)
+    write_json(args.result, out)
+
+
+# ----------------------------------------------------------------------------------------
+# The parent: prepare, peak, one child per peer and cap group, the table.
+
+
+def table(summary: dict) -> list[str]:
+    shape, seq = summary["shape"], summary["seq"]
+    flops = SHAPES[shape].flops(seq)
+    peak = summary.get("peak_tflops")
+    lines = [f"## {shape}, seq {seq}" + (f", {summary['sms']} SMs" if summary.get("sms") else ""),
+             "", "| peer | cap | batch x seq | tokens/s | peak reserved GiB | MFU (LoRA) | "
+             "vs HF Trainer |", "|---|---|---|---|---|---|---|"]
+    for cap in summary["caps"]:
+        hf = (summary["peers"].get("hf", {}).get("runs", {}).get(cap) or {}).get("tokens_per_s")
+        for peer, res in summary["peers"].items():
+            run = (res.get("runs") or {}).get(cap)
+            if not run:
+                lines.append(f"| {PEERS[peer]} | {cap} | | {res.get('error', 'not run')} | | | |")
+                continue
+            if "tokens_per_s" not in run or not run.get("fits", True):
+                why = run.get("error", "did not fit")
+                lines.append(f"| {PEERS[peer]} | {cap} | none fits | {why[:120]} | | | |")
+                continue
+            m = mfu(flops.lora_per_token, run["tokens_per_s"], peak) if peak else None
+            ratio = f"{run['tokens_per_s'] / hf:.2f}x" if hf else ""
+            lines.append(
+                f"| {PEERS[peer]} | {cap} | {run['batch']} x {seq} | {run['tokens_per_s']:,.0f} "
+                f"| {run['peak_reserved_gib'] or 0:.2f} | {f'{m:.1%}' if m else ''} | {ratio} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=list(SHAPES),
+                        default="qwen2.5-0.5b")
+    parser.add_argument("--seq", type=int, default=1024)
+    parser.add_argument("--peers", default=",".join(PEERS))
+    parser.add_argument("--caps", default=",".join(CAPS))
+    parser.add_argument("--batch", type=int, default=0,
+                        help="rows per step without a cap (default: 16,384 tokens a step)")
+    parser.add_argument("--fit-max", type=int, default=32, help="largest batch tried under a cap")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps without a cap")
+    parser.add_argument("--sms", type=int, default=0,
+                        help="run inside a CUDA green context of N SMs (0: all)")
+    parser.add_argument("--sm-way", default="init-set-stream", help="see sm_cap.WAYS")
+    parser.add_argument("--smoke", action="store_true", help="CPU, a tiny Qwen2 shape")
+    parser.add_argument("--peak-tflops", type=float)
+    parser.add_argument("--model-root", default="/dev/shm/draslice-peers")
+    parser.add_argument("--timeout-s", type=float, default=400, help="per child")
+    parser.add_argument("--json-out")
+    # child mode
+    parser.add_argument("--child-peer", dest="peer", help=argparse.SUPPRESS)
+    parser.add_argument("--inputs", help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.smoke:
+        args.shape, args.caps, args.warmup, args.steps = "smoke", "none", 1, 2
+        args.seq, args.batch = min(args.seq, 64), 4
+        args.model_root = tempfile.mkdtemp(prefix="peers-smoke-")
+    args.batch = args.batch or max(1, 16384 // args.seq)
+    if args.peer:
+        child_main(args)
+        return
+
+    kill_children_on_term()
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    caps = [c.strip() for c in args.caps.split(",") if c.strip()]
+    bad = sorted(set(peers) - set(PEERS)) + sorted(set(caps) - set(CAPS))
+    if bad:
+        parser.error(f"unknown {bad}; peers: {', '.join(PEERS)}; caps: {', '.join(CAPS)}")
+    root = Path(args.model_root)
+    root.mkdir(parents=True, exist_ok=True)
+    inputs = prepare(args.shape, args.seq, root, args.smoke)
+    peak = args.peak_tflops
+    if peak is None and not args.smoke:
+        from compare_trainers import measure_peak_tflops
+
+        peak = measure_peak_tflops("cuda")["tflops"]
+        print(f"matmul peak: {peak:.4g} TFLOP/s", flush=True)
+    summary = {"shape": args.shape, "seq": args.seq, "caps": caps, "sms": args.sms,
+               "peak_tflops": peak, "flops": SHAPES[args.shape].flops(args.seq).to_dict(),
+               "peers": {}}
+    groups = [c for c in caps if c == "none"], [c for c in caps if c != "none"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "PYTHONUNBUFFERED": "1", "UNSLOTH_DISABLE_STATISTICS": "1"}
+    with tempfile.TemporaryDirectory(prefix="peers-") as work:
+        for peer in peers:
+            merged: dict = {"runs": {}}
+            for group in groups:
+                if not group:
+                    continue
+                result = Path(work) / f"{peer}.json"
+                argv = [sys.executable, __file__, "--child-peer", peer, "--shape", args.shape,
+                        "--seq", str(args.seq), "--caps", ",".join(group), "--batch",
+                        str(args.batch), "--fit-max", str(args.fit_max), "--warmup",
+                        str(args.warmup), "--steps", str(args.steps), "--sms", str(args.sms),
+                        "--sm-way", args.sm_way,
+                        "--inputs", json.dumps(inputs), "--result", str(result)]
+                if args.smoke:
+                    argv.append("--smoke")
+                outcome = run_child(argv, result, args.timeout_s, prefix=f"[{peer}] ", env=env)
+                merged["runs"].update((outcome.result or {}).get("runs", {}))
+                if not outcome.ok:
+                    merged["error"] = ("timed out" if outcome.timed_out else
+                                       f"exit {outcome.returncode}: "
+                                       + outcome.tail.strip().splitlines()[-1][:300]
+                                       if outcome.tail.strip() else f"exit {outcome.returncode}")
+            summary["peers"][peer] = merged
+            if args.json_out:
+                write_json(args.json_out, summary)
+    print("\n".join(table(summary)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

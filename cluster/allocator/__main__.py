@@ -1,0 +1,7 @@
+"""``python -m draslice.cluster.allocator build``: see :func:`draslice.cluster.allocator.main`."""
+
+import sys
+
+from draslice.cluster.allocator import main
+
+sys.exit(main())

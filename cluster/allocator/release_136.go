@@ -1,0 +1,38 @@
+//go:build k8s136
+
+package main
+
+// Kubernetes 1.36 with its default feature gates (pkg/features/kube_features.go: consumable
+// capacity, binding conditions, device taints and partitionable devices went beta, on).
+
+import (
+	"errors"
+
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+)
+
+const release = "1.36"
+
+const skipsIncompletePools = true
+
+func features() structured.Features {
+	return structured.Features{
+		AdminAccess:            true,
+		ConsumableCapacity:     true,
+		DeviceBindingAndStatus: true,
+		DeviceTaints:           true,
+		PartitionableDevices:   true,
+		PrioritizedList:        true,
+	}
+}
+
+func celFeatures() cel.Features {
+	return cel.Features{EnableConsumableCapacity: true}
+}
+
+// nodeFailure: the allocator's "not on this node" error, which lets the scheduler go on with
+// other nodes (any other error stops scheduling the pod).
+func nodeFailure(err error) bool {
+	return errors.Is(err, structured.ErrFailedAllocationOnNode)
+}

@@ -1,3 +1,0 @@
-from draslice.components.sft.component import sft
-
-__all__ = ["sft"]

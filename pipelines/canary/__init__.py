@@ -1,0 +1,5 @@
+"""The canary pipeline: see pipeline.py."""
+
+from draslice.pipelines.canary import pipeline
+
+__all__ = ["pipeline"]

@@ -1,0 +1,67 @@
+"""The package tree is the folder tree: from the repository root, every importable module's
+dotted name is its file's path (``draslice.trainer.sft`` -> ``trainer/sft.py``), and the
+wheel carries exactly those packages."""
+
+from __future__ import annotations
+
+import importlib.util
+import tomllib
+from pathlib import Path
+
+from tests.conftest import REPO
+
+# Folders at the root that are not part of the draslice package (pyproject.toml says why).
+OUTSIDE = {"tests", "benchmarks", "scripts", "compiled", "manifests", "docs", "build", "dist"}
+
+
+def _package_dirs() -> list[Path]:
+    """The root and every folder under it reached through folders holding __init__.py."""
+    found, todo = [], [REPO]
+    while todo:
+        folder = todo.pop()
+        found.append(folder)
+        todo += [d for d in sorted(folder.iterdir())
+                 if d.is_dir() and (d / "__init__.py").is_file()
+                 and not (folder == REPO and d.name in OUTSIDE)]
+    return found
+
+
+def _dotted(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(("draslice", *parts))
+
+
+def test_draslice_is_this_checkout():
+    assert Path(importlib.util.find_spec("draslice").origin) == REPO / "__init__.py"
+
+
+def test_every_modules_dotted_name_is_its_path():
+    modules = [f for d in _package_dirs() for f in sorted(d.glob("*.py"))]
+    assert len(modules) > 50  # the walk found the tree, not just the root
+    wrong = {}
+    for path in modules:
+        spec = importlib.util.find_spec(_dotted(path))
+        if spec is None or Path(spec.origin) != path:
+            wrong[_dotted(path)] = spec and spec.origin
+    assert not wrong, f"dotted name does not lead to its file: {wrong}"
+
+
+def test_no_python_folder_is_left_out_of_the_package():
+    """A folder of modules inside the package without __init__.py would not be importable
+    under its path (nor shipped): every one has it."""
+    inside = [d for d in REPO.iterdir() if d.is_dir() and d.name not in OUTSIDE
+              and not d.name.startswith((".", "_"))]
+    for top in inside:
+        for folder in [top, *[p for p in top.rglob("*") if p.is_dir()]]:
+            if "__pycache__" in folder.parts or not any(folder.glob("*.py")):
+                continue
+            assert (folder / "__init__.py").is_file(), folder.relative_to(REPO)
+
+
+def test_the_wheel_ships_exactly_the_package_tree():
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert config["package-dir"] == {"draslice": "."}
+    assert sorted(config["packages"]) == sorted(_dotted(d / "__init__.py")
+                                                for d in _package_dirs())

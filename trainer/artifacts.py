@@ -1,0 +1,114 @@
+"""What a fine-tune leaves behind, and its layout: the adapter, the reference logits validate
+compares, the merged model on request, and the run file (config and result).
+
+``output_dir/``
+    ``adapter/`` (peft ``save_pretrained``), ``reference_logits.pt``, ``merged/`` (with
+    ``merge``), ``draslice_sft.json``; ``checkpoints/`` unless ``checkpoint_dir`` says
+    otherwise. How each is written (atomically, the run file last as the set's record) is
+    ``outputs``'s business.
+
+:func:`save_outputs` writes them all, in one call at the end of a run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from draslice.trainer import checkpoint, loglines, outputs
+from draslice.trainer.config import SFTConfig
+from draslice.trainer.examples import TokenRows
+from draslice.trainer.model import build_base, load_pretrained
+from draslice.trainer.outputs import ADAPTER_DIR, MERGED_DIR, REFERENCE_FILE, RUN_FILE
+
+CHECKPOINT_DIR = checkpoint.DIR
+__all__ = ["ADAPTER_DIR", "CHECKPOINT_DIR", "MERGED_DIR", "REFERENCE_FILE", "RUN_FILE",
+           "SFTResult", "export_merged", "loss_drop", "reference_batch", "save_outputs"]
+LOSS_TAIL = 5  # the final loss is the mean of the last steps: one batch is noisy
+REFERENCE_ROWS, REFERENCE_TOKENS = 2, 16  # a real vocabulary makes full logits big
+
+
+@dataclass
+class SFTResult:
+    """A run's measured figures, as the run file records them."""
+
+    device: dict
+    precision: str
+    trainable_params: int
+    total_params: int
+    initial_loss: float
+    final_loss: float
+    loss_drop: float
+    peak_mem_gib: float
+    slice_total_mem_gib: float
+    tokens_per_s: float
+    """Tokens trained in this process over the seconds its steps took (measured per step;
+    evaluation and checkpoints not included)."""
+    train_seconds: float
+    steps: int
+    lora_targets: str = ""
+    train_tokens: int = 0
+    eval_loss: float | None = None
+    resumed_from_step: int = 0
+    train_examples: int = 0
+    eval_examples: int = 0
+    merged_dir: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def loss_drop(losses: list[float]) -> tuple[float, float, float]:
+    """(initial, final, fraction fallen): first step against the mean of the last steps."""
+    initial = losses[0]
+    tail = losses[-LOSS_TAIL:]
+    final = sum(tail) / len(tail)
+    return initial, final, (1.0 - final / initial) if initial > 0 else 0.0
+
+
+def save_outputs(model: torch.nn.Module, cfg: SFTConfig, rows: TokenRows, tokenizer,
+                 result: SFTResult, output_dir: Path, device: torch.device,
+                 log: Callable[[str], None]) -> SFTResult:
+    """Everything a run leaves, as one set (``outputs``): the adapter and the reference logits,
+    each swapped in whole, the merged model with ``merge``, then the run file, written last
+    and listing every file of the set, whose presence says the rest is there and whole."""
+    outputs.save_final(model, reference_batch(cfg, rows), output_dir, device)
+    if cfg.merge:
+        result.merged_dir = str(export_merged(cfg, output_dir, tokenizer, log))
+    outputs.commit(output_dir, {"config": cfg.to_dict(), "result": result.to_dict()})
+    return result
+
+
+def reference_batch(cfg: SFTConfig, rows: TokenRows) -> torch.Tensor:
+    """The fixed batch whose logits validate compares: the seed's batch, or a small slice."""
+    if cfg.synthetic:
+        return rows.collate(range(cfg.batch_size))["input_ids"]
+    n = min(REFERENCE_ROWS, len(rows))
+    width = min(REFERENCE_TOKENS, min(len(rows.input_ids[i]) for i in range(n)))
+    return torch.tensor([rows.input_ids[i][:width] for i in range(n)])
+
+
+def export_merged(cfg: SFTConfig, output_dir: Path, tokenizer, log) -> Path:
+    """The base with the adapter merged in, saved (with the tokenizer) as a plain HF model.
+
+    The base is reloaded unquantised on the CPU (a 4-bit base cannot take merged weights).
+    """
+    from peft import PeftModel
+
+    if cfg.synthetic:
+        base = build_base(cfg.shape, cfg.seed)
+    else:
+        dtype = torch.bfloat16 if (cfg.bf16_weights or cfg.load_in_4bit) else torch.float32
+        base = load_pretrained(cfg.model_dir, dtype=dtype)
+    merged = PeftModel.from_pretrained(base, output_dir / ADAPTER_DIR).merge_and_unload()
+    final = output_dir / MERGED_DIR
+    tmp = output_dir / f"{checkpoint.TMP_PREFIX}{MERGED_DIR}"
+    merged.save_pretrained(tmp)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp)
+    checkpoint.replace_dir(tmp, final)
+    log(loglines.merged(final))
+    return final

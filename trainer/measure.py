@@ -1,0 +1,191 @@
+"""What the training loop measures, and how it reads it without stalling the GPU.
+
+Each step's loss and duration are read one step late on a GPU (:class:`StepReader`): the host
+queues step N+1 before it waits for step N, so the GPU never idles while the host learns a
+figure. Every figure is measured: a step's seconds are the span between two marks on the
+device's own timeline (CUDA events; on the CPU, where a step is done when its call returns,
+the host clock), never the time between two host reads, which collapses when two reads come
+back to back (the last step read 1.3-1.5 million tokens/s that way).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from draslice.errors import TrainingDiverged
+from draslice.trainer import device as dev
+from draslice.trainer import loglines, outputs
+from draslice.trainer.examples import TokenRows
+from draslice.trainer.loss import causal_lm_loss, to_device
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """One finished step, as measured."""
+
+    step: int
+    loss: float
+    seconds: float
+    """From the end of the previous step (or this step's start, after a pause) to its end."""
+    tokens: int
+    lr: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds
+
+
+class _HostMark:
+    """A point in time on the CPU, where work is done when its call returns."""
+
+    def __init__(self) -> None:
+        self.t = time.perf_counter()
+
+    def wait(self) -> None:
+        pass
+
+    def seconds_since(self, earlier: _HostMark) -> float:
+        return self.t - earlier.t
+
+
+class _CudaMark:
+    """A point on the GPU's timeline: a timing event queued behind the work before it."""
+
+    def __init__(self) -> None:
+        self.event = torch.cuda.Event(enable_timing=True)
+        self.event.record()
+
+    def wait(self) -> None:
+        self.event.synchronize()
+
+    def seconds_since(self, earlier: _CudaMark) -> float:
+        return earlier.event.elapsed_time(self.event) / 1000.0
+
+
+@dataclass
+class _Pending:
+    step: int
+    loss: torch.Tensor
+    tokens: int
+    lr: float
+    start: _HostMark | _CudaMark
+    end: _HostMark | _CudaMark
+
+
+class StepReader:
+    """Reads each step's loss and duration, one step late where that keeps the GPU busy.
+
+    On a GPU the loss is copied into pinned host memory behind the step that produced it and
+    a timing event marks the step's end; reading waits for that event only, while the next
+    step's kernels are already queued (``loss.item()`` would wait for everything queued, next
+    step included). On the CPU there is nothing to overlap: a step is read as it ends.
+    """
+
+    def __init__(self, device: torch.device, lagged: bool | None = None) -> None:
+        on_cuda = device.type == "cuda"
+        self.lag = 1 if (on_cuda if lagged is None else lagged) else 0
+        self._mark = _CudaMark if on_cuda else _HostMark
+        self._buffers = [torch.zeros((), dtype=torch.float32, pin_memory=on_cuda)
+                         for _ in range(2)]
+        self._queued: deque[_Pending] = deque()
+        self._last_end: _HostMark | _CudaMark | None = None
+        self._start: _HostMark | _CudaMark | None = None
+
+    def begin(self) -> None:
+        """A step starts. It is timed from the previous step's end, so the host's work between
+        steps counts; after :meth:`flush` (evaluation, a checkpoint), from here."""
+        self._start = self._mark() if self._last_end is None else self._last_end
+
+    def push(self, step: int, loss: torch.Tensor, tokens: int, lr: float) -> list[StepFigures]:
+        """Queue this step's loss; return the steps now finished (on a GPU the previous one,
+        on the CPU this one). On a GPU this waits for the previous step: the loop's one sync."""
+        value = self._buffers[step % 2]
+        value.copy_(loss.detach(), non_blocking=True)
+        end = self._mark()
+        self._queued.append(_Pending(step, value, tokens, lr, self._start, end))
+        self._last_end = end
+        done = []
+        while len(self._queued) > self.lag:
+            done.append(self._read(self._queued.popleft()))
+        return done
+
+    def flush(self) -> list[StepFigures]:
+        """Wait for every queued step and return them; the next step is timed from its own
+        start, so whatever the host does now (evaluate, checkpoint) is not training time."""
+        done = [self._read(p) for p in list(self._queued)]
+        self._queued.clear()
+        self._last_end = None
+        return done
+
+    @staticmethod
+    def _read(p: _Pending) -> StepFigures:
+        p.end.wait()
+        return StepFigures(p.step, float(p.loss), p.end.seconds_since(p.start), p.tokens, p.lr)
+
+
+class Progress:
+    """The run's record as steps finish: losses, one JSON line per step, the log lines."""
+
+    def __init__(self, path: Path, start_step: int, losses: list[float], log_every: int,
+                 last_step: int, device: torch.device, log, learning_rate: float) -> None:
+        outputs.keep_metrics_until(path, start_step)
+        self.path = path
+        self.first, self.last, self.every = start_step + 1, last_step, log_every
+        self.losses, self.device, self.log, self.learning_rate = losses, device, log, learning_rate
+        self.train_seconds = 0.0
+        self.train_tokens = 0
+        self.eval_loss: float | None = None
+
+    def logged(self, step: int) -> bool:
+        """Steps that print a line (and measure the eval loss): every ``log_every``, the first
+        and the last."""
+        return step % self.every == 0 or step in (self.first, self.last)
+
+    def add(self, f: StepFigures, eval_loss: float | None = None) -> None:
+        """Record a finished step; stop the run if its loss is not finite."""
+        if not math.isfinite(f.loss):
+            raise TrainingDiverged(
+                f"loss became {f.loss} at step {f.step}; training stopped. Lower learning_rate "
+                f"(now {self.learning_rate}), add warmup_steps or use precision=fp32."
+            )
+        self.losses.append(f.loss)
+        self.train_seconds += f.seconds
+        self.train_tokens += f.tokens
+        peak = dev.peak_memory_bytes(self.device)
+        record = {
+            "step": f.step, "loss": f.loss, "tokens": f.tokens, "step_seconds": f.seconds,
+            "tokens_per_s": f.tokens_per_s, "peak_mem_gib": loglines.gib(peak),
+            "mem_gib": loglines.gib(torch.cuda.memory_allocated(self.device)
+                                    if self.device.type == "cuda" else peak),
+            "lr": f.lr,
+        }
+        if eval_loss is not None:
+            record["eval_loss"] = self.eval_loss = eval_loss
+        with self.path.open("a") as metrics:  # on disk as each step ends: a kill keeps it
+            metrics.write(json.dumps(record) + "\n")
+        if self.logged(f.step):
+            self.log(loglines.step_loss(f.step, f.loss, f.tokens_per_s))
+            if eval_loss is not None:
+                self.log(loglines.eval_loss(f.step, eval_loss))
+
+
+def evaluate(model, rows: TokenRows, batch_size: int, device: torch.device, autocast) -> float:
+    """Mean token loss over every labelled eval token."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad(), autocast:
+        for start in range(0, len(rows), batch_size):
+            batch = to_device(rows.collate(range(start, min(start + batch_size, len(rows)))),
+                              device)
+            total += float(causal_lm_loss(model, batch)) * batch.count
+            count += batch.count
+    model.train(was_training)
+    return total / count if count else float("nan")

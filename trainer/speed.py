@@ -1,0 +1,171 @@
+"""How a training step is made fast: one decision per run, taken before the first step.
+
+The eager step of a LoRA fine-tune on a GPU is bound by launching kernels, not by running them
+(docs/benchmarks.md: GPT-2-124M kept an H200 busy 29.5 ms of a 63 ms step, ~1,800 launches). So
+the default (``compile="auto"``) removes the launches where it can, with PyTorch's and Liger's
+own code rather than kernels of ours:
+
+- ``cudagraphs``: the transformer body is captured once as a CUDA graph, forward and backward
+  (``torch.cuda.make_graphed_callables``), and replayed each step: one launch per pass, no
+  compiler, a second of capture instead of inductor's 20-70 s. A graph holds one batch shape,
+  so it is chosen only where every batch has the same width and no padding (the synthetic run,
+  ``pack``, ``pad_to_max_length``); a batch of another shape, evaluation and inference run
+  the body eagerly. Gradient checkpointing and a 4-bit base stay eager.
+- ``default`` / ``reduce-overhead``: ``torch.compile`` (inductor) of the body, on request only:
+  it fuses more but compiles for tens of seconds, worth it on long runs (docs/benchmarks.md).
+- Liger kernels (``liger-kernel``, what LlamaFactory's ``enable_liger_kernel`` applies): fused
+  RMSNorm, RoPE and SwiGLU for Llama/Qwen2/Mistral on CUDA when the library is installed and
+  the body is not compiled by inductor (which fuses those itself). The loss keeps its own
+  chunked cross-entropy through the head (``loss.py``): it is already the fused-linear form.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from draslice.trainer.config import COMPILE_MODES
+from draslice.trainer.loss import split_head
+
+__all__ = ["COMPILE_MODES", "SpeedPlan", "apply_liger", "choose", "choose_mode", "prepare"]
+INDUCTOR_MODES = ("default", "reduce-overhead")
+LIGER_ARCHS = ("llama", "qwen2", "mistral")
+
+
+@dataclass(frozen=True)
+class SpeedPlan:
+    """What the loop needs to know about the speed features in use."""
+
+    mode: str
+    """The compile mode actually used: ``off``, ``cudagraphs`` or an inductor mode."""
+    liger: bool
+    """Liger's fused kernels replace the body's norms, rotary embedding and MLP activation."""
+
+    @property
+    def mark_steps(self) -> bool:
+        """Inductor's CUDA graphs need each step's start marked (its outputs reuse buffers)."""
+        return self.mode == "reduce-overhead"
+
+    @property
+    def autocast_cache(self) -> bool:
+        """Graph capture refuses autocast's weight-cast cache (the cast must be in the graph)."""
+        return self.mode != "cudagraphs"
+
+    def describe(self) -> str:
+        return f"speed: {self.mode}" + (", Liger kernels" if self.liger else "")
+
+
+def choose(cfg, on_cuda: bool, log: Callable[[str], None]) -> str:
+    """The mode for an ``SFTConfig``: every batch has one width when the data are synthetic,
+    packed, or padded to ``max_length``."""
+    fixed_width = cfg.synthetic or cfg.pack or cfg.pad_to_max_length
+    mode = choose_mode(cfg.compile, on_cuda, fixed_width, cfg.gradient_checkpointing,
+                       cfg.load_in_4bit)
+    if cfg.compile == "reduce-overhead" and mode == "default":
+        log("compile: CUDA graphs need a GPU; compiling without them (mode 'default')")
+    elif cfg.compile == "cudagraphs" and mode == "off":
+        log("compile: CUDA graphs need a GPU; running eager")
+    return mode
+
+
+def choose_mode(requested: str, on_cuda: bool, fixed_width: bool, checkpointing: bool,
+                quantized: bool) -> str:
+    """``auto`` made concrete; an explicit mode is kept, except what a CPU cannot do."""
+    if requested == "auto":
+        if on_cuda and fixed_width and not checkpointing and not quantized:
+            return "cudagraphs"
+        return "off"
+    if not on_cuda and requested in ("cudagraphs", "reduce-overhead"):
+        return "default" if requested == "reduce-overhead" else "off"
+    return requested
+
+
+def liger_available() -> bool:
+    return importlib.util.find_spec("liger_kernel") is not None
+
+
+def apply_liger(base: torch.nn.Module, on_cuda: bool, mode: str) -> bool:
+    """Liger's RMSNorm/RoPE/SwiGLU on a Llama-family base, in place; whether it was applied."""
+    arch = getattr(getattr(base, "config", None), "model_type", "")
+    if not (on_cuda and arch in LIGER_ARCHS and mode not in INDUCTOR_MODES and liger_available()):
+        return False
+    from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+    _apply_liger_kernel_to_instance(model=base, rope=True, rms_norm=True, swiglu=True,
+                                    cross_entropy=False, fused_linear_cross_entropy=False)
+    return True
+
+
+def prepare(model: torch.nn.Module, mode: str, liger: bool, log: Callable[[str], None]
+            ) -> SpeedPlan:
+    """Apply ``mode`` (from :func:`choose`) to the LoRA model's body, in place.
+
+    In place: module names, and so the saved adapter, stay the same. Liger was applied by
+    :func:`apply_liger` on the base before LoRA wrapped it (``liger`` says whether).
+    """
+    backbone = split_head(model)[0]
+    if mode in INDUCTOR_MODES:
+        backbone.compile(mode=mode)
+    elif mode == "cudagraphs":
+        _GraphedBody.install(backbone, log)
+    plan = SpeedPlan(mode, liger)
+    log(plan.describe())
+    return plan
+
+
+class _HiddenStates(torch.nn.Module):
+    """The body as a module of one tensor in, one out: what graph capture takes."""
+
+    def __init__(self, backbone: torch.nn.Module, eager: Callable) -> None:
+        super().__init__()
+        self.backbone = backbone  # registered: capture takes the trainable weights from here
+        self.eager = eager  # the body's own forward (its ``forward`` is now the dispatcher)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.eager(input_ids=input_ids, use_cache=False).last_hidden_state
+
+
+class _GraphedBody:
+    """Replaces the body's ``forward``: a training call with unpadded ``input_ids`` of the
+    captured shape replays the graph; any other call runs the original forward.
+
+    The graph is captured at the first training call, inside the loop's autocast, so it holds
+    the same casts an eager step would run. If capture fails (an operation that cannot be
+    captured, e.g. a host sync inside a model's forward) the run goes on eagerly and says why.
+    """
+
+    def __init__(self, backbone: torch.nn.Module, log: Callable[[str], None]) -> None:
+        self.eager = backbone.forward
+        self.hidden = _HiddenStates(backbone, self.eager)
+        self.log = log
+        self.shape: torch.Size | None = None
+        self.failed = False
+
+    @classmethod
+    def install(cls, backbone: torch.nn.Module, log: Callable[[str], None]) -> None:
+        backbone.forward = cls(backbone, log)
+
+    def __call__(self, input_ids: torch.Tensor | None = None, attention_mask=None, **kwargs):
+        graphable = (input_ids is not None and attention_mask is None and not kwargs
+                     and torch.is_grad_enabled() and self.hidden.backbone.training
+                     and not self.failed)
+        if graphable and self.shape is None:
+            self._capture(input_ids)
+        if not graphable or self.failed or input_ids.shape != self.shape:
+            return self.eager(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        from transformers.modeling_outputs import BaseModelOutputWithPast
+
+        return BaseModelOutputWithPast(last_hidden_state=self.hidden(input_ids))
+
+    def _capture(self, input_ids: torch.Tensor) -> None:
+        try:
+            torch.cuda.make_graphed_callables(self.hidden, (input_ids.clone(),))
+        except Exception as err:  # noqa: BLE001 -- any capture failure leaves the eager path
+            self.failed = True
+            self.log(f"speed: CUDA graph capture failed ({type(err).__name__}: "
+                     f"{str(err).splitlines()[0][:200]}); running eager")
+            return
+        self.shape = input_ids.shape
