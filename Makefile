@@ -1,16 +1,28 @@
 # The README's quick start: `make run` (set up, then run the pipeline locally) and
-# `make test` (set up, then lint and run the tests). Both create .venv on first use.
+# `make test` (set up, then lint and the fast tests). Both create .venv on first use.
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # CPU wheel by default (CI, laptops); on a GPU host: make run TORCH=torch (a CUDA build).
 TORCH  ?= torch==2.13.0
 RUN_ARGS ?=
 
-.PHONY: setup run test lint compile manifests bench clean kfp-backend test-kfp test-cluster allocator dist
+# The tests that `make test` leaves out: slow ones (the whole pipeline, wheels) run in
+# `make test-slow`; kfp and cluster ones need Go and run in their own targets.
+FAST   := not slow and not kfp and not cluster
 
-$(VENV)/.installed: pyproject.toml
+.PHONY: setup run test test-slow test-all lint compile manifests cli-docs bench clean \
+	kfp-backend test-kfp test-cluster allocator dist FORCE
+
+# The torch choice is part of the stamp: `make run TORCH=torch` on an existing .venv
+# rewrites $(VENV)/.torch, which makes .installed stale, which reinstalls torch.
+$(VENV)/.torch: FORCE
+	@mkdir -p $(VENV)
+	@echo '$(TORCH)' | cmp -s - $@ || echo '$(TORCH)' > $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.torch
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip uninstall -q -y torch 2>/dev/null || true
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
@@ -42,15 +54,28 @@ run: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
-# pytest exits 5 when it collected no test: that fails this target, as it should.
+# pytest exits 5 when it collected no test: that fails each test target, as it should.
+# Each passes its own -m, which replaces the one in pyproject's addopts (the last -m wins).
 test: lint allocator
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -m "$(FAST)"
+
+# The slow tier: the whole pipeline under kfp.local, wheels, the benchmark smoke runs.
+test-slow: setup
+	$(VENV)/bin/pytest -m "slow and not kfp and not cluster"
+
+# Everything except the kfp and cluster tests, which keep their own targets.
+test-all: lint allocator
+	$(VENV)/bin/pytest -m "not kfp and not cluster"
 
 compile: setup
 	$(VENV)/bin/draslice compile
 
 manifests: setup
 	$(VENV)/bin/draslice manifests all --out manifests
+
+# docs/cli.md from every command's --help (a test fails when it is stale).
+cli-docs: setup
+	$(PY) -m draslice.cli.docs --out docs/cli.md
 
 bench: setup
 	$(PY) benchmarks/local_run.py
@@ -69,6 +94,8 @@ test-kfp: setup
 # Go modules, cached by version outside the repo) and the tests against it (docs/cluster-tests.md).
 test-cluster: setup
 	bash scripts/cluster/test.sh
+
+FORCE:
 
 clean:
 	rm -rf $(VENV) runs build dist *.egg-info
