@@ -164,7 +164,7 @@ def admission_policy_cmd(engine: str, namespace: str, out_dir: str | None) -> No
 def workloads_cmd(template: str, namespace: str, image: str | None, kinds, out_dir) -> None:
     """Run the smoke test or the SFT outside KFP on the same image and claim.
 
-    smoke-pod: the seed guide's smoke Pod (`draslice smoke`, label app=dra-smoke). job: a
+    smoke-pod: the GPU-slicing guide's smoke Pod (`draslice smoke`, label app=dra-smoke). job: a
     batch Job running `draslice train` (adapt its pod template for Volcano). trainjob: a
     Kubeflow Trainer v2 TrainingRuntime + TrainJob running `draslice train`.
 

@@ -39,9 +39,9 @@ def run(**opts) -> None:
 
     \b
     Examples:
-      draslice run                           # CPU or the local GPU, seed defaults
+      draslice run                           # CPU or the local GPU, the guide's defaults
       draslice run --slice-memory-gib 6      # emulate a 1g.6gb-sized slice on a big GPU
-      draslice run --lora-targets c_attn     # the seed guide's attention-only LoRA
+      draslice run --lora-targets c_attn     # the guide's attention-only LoRA
       draslice run --snapshot dump.yaml      # preflight judges that cluster first
     """
     from draslice.pipelines.local_run import new_run_dir, run_pipeline

@@ -24,7 +24,7 @@ from draslice.trainer.config import FINETUNE_KNOBS, SFTConfig
 def smoke(device: str, matmul_size: int, slice_memory_gib: float, as_json: bool) -> None:
     """Print what the pod sees and run a checked, timed matmul on it.
 
-    Prints the seed smoke pod's lines (nvidia-smi -L, cuda_available, device,
+    Prints the GPU-slicing guide's smoke pod lines (nvidia-smi -L, cuda_available, device,
     slice_total_mem_GiB, matmul_on_slice). Exits 1 if the matmul is wrong.
     """
     from draslice.trainer.smoke import run_smoke
@@ -46,7 +46,7 @@ def smoke(device: str, matmul_size: int, slice_memory_gib: float, as_json: bool)
 def train(output_dir: str, as_json: bool, **knobs) -> None:
     """LoRA SFT on this pod's device; ends with 'DRA LoRA SFT on GPU slice: OK' on a GPU.
 
-    Without --model-dir/--data it is the seed guide's training script: a small GPT-2-style
+    Without --model-dir/--data it is the GPU-slicing guide's training script: a small GPT-2-style
     model built from a config, trained on learnable synthetic data. With them it fine-tunes
     your model on your data (loss on completion / assistant tokens only), offline.
 

@@ -26,7 +26,7 @@ def preflight(
     Args:
         claim_template: Name of the ResourceClaimTemplate the GPU steps claim.
         on_missing_dra: ``skip`` to skip the GPU steps when the cluster has no DRA GPU at all
-            (the seed's e2e behaviour on device-plugin-only clusters), ``fail`` to fail the run.
+            (the guide's e2e check does so on device-plugin-only clusters), ``fail`` to fail.
         report: Markdown the KFP UI shows: inventory, matches, decision and why.
         source: ``auto`` (read the cluster when running in a pod, else only check this
             machine), ``none`` (only check this machine), or the path of a snapshot file from

@@ -21,7 +21,7 @@ def smoke(
     slice_total_mem_gib=float,
     tflops=float,
 ):
-    """Prints the seed's smoke lines and fails the step when the matmul is wrong.
+    """Prints the GPU-slicing guide's smoke lines and fails the step when the matmul is wrong.
 
     Args:
         metrics: Scalars for the KFP UI: slice memory, achieved TFLOP/s, matmul error.

@@ -1,5 +1,5 @@
 """The demo pipeline (compiled as ``sft.<mode>.<template>.yaml``): preflight, smoke matmul,
-the fine-tune on the built-in model and data, validate. What ``draslice run`` runs locally.
+the fine-tune on the built-in model and data, validate, gate. What ``draslice run`` runs locally.
 
 Its parameters are the demo preset's knobs (``trainer/presets.py``) with the preset's values;
 a test checks them against the config and the fine-tune component's inputs.
@@ -29,7 +29,7 @@ KIND = "sft"  # the compiled file's stem and the pipeline's name (draslice-sft-<
 
 def build(template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.POLICY,
           kueue_queue: str | None = None) -> Callable:
-    """The seed guide's flow as a KFP pipeline whose GPU tasks claim ``template``.
+    """The GPU-slicing guide's flow as a KFP pipeline whose GPU tasks claim ``template``.
 
     With ``kueue_queue`` the GPU tasks' pods join that Kueue LocalQueue.
     """
@@ -40,7 +40,7 @@ def build(template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.PO
         name=pipeline_name(KIND, template, mode),
         description=(
             f"LoRA SFT on a DRA GPU slice (claim template {template}, claim mode {mode.value}): "
-            "preflight, smoke matmul, fine-tune, validate."
+            "preflight, smoke matmul, fine-tune, validate, gate."
         ),
     )
     def demo(

@@ -43,7 +43,7 @@ def build(template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.PO
         description=(
             f"LoRA/QLoRA fine-tune of a model on PVC {pvc_name} (mounted at {mount_path}) on a "
             f"DRA GPU slice (claim template {template}, claim mode {mode.value}): preflight, "
-            "smoke matmul, fine-tune, validate."
+            "smoke matmul, fine-tune, validate, gate."
         ),
     )
     def finetune_pvc(

@@ -46,7 +46,7 @@ def build(template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.PO
             "LoRA/QLoRA fine-tune of a model imported as a Model artifact, on data from PVC "
             f"{pvc_name} (mounted at {mount_path}) on a DRA GPU slice (claim template "
             f"{template}, claim mode {mode.value}): preflight, smoke matmul, fine-tune, "
-            "validate."
+            "validate, gate."
         ),
     )
     def finetune_artifact(
