@@ -20,7 +20,7 @@ $(VENV)/.torch: FORCE
 	@echo '$(TORCH)' | cmp -s - $@ || echo '$(TORCH)' > $@
 
 $(VENV)/.installed: pyproject.toml $(VENV)/.torch
-	python3 -m venv $(VENV)
+	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip uninstall -q -y torch 2>/dev/null || true
 	$(PY) -m pip install -q "$(TORCH)"
