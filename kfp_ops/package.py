@@ -67,10 +67,22 @@ def _variant(variant_id: str):
 
 
 def _documents(path: Path) -> tuple[dict, dict]:
+    data = path.read_bytes()
     try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InvalidParameter(
+            "--variant", str(path), f"not a text file (byte {err.start} is "
+            f"{data[err.start]:#04x}, not UTF-8); give a compiled pipeline YAML "
+            "(`draslice compile`)") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:
-        raise InvalidParameter("--variant", str(path), f"not valid YAML: {err}") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        problem = getattr(err, "problem", None) or "cannot be parsed"
+        raise InvalidParameter("--variant", str(path),
+                               f"not valid YAML ({where}{problem})") from None
     if not docs or not isinstance(docs[0], dict) or "pipelineInfo" not in docs[0]:
         raise InvalidParameter(
             "--variant", str(path), "not a compiled KFP pipeline (no pipelineInfo in the first "
@@ -198,3 +210,29 @@ def parse_params(pairs: list[str] | tuple[str, ...], inputs: dict[str, InputPara
             )
         out[key] = _convert(inputs[key], raw)
     return out
+
+
+def arguments_for(package: PipelinePackage, pairs: list[str] | tuple[str, ...]) -> dict:
+    """``key=value`` strings as the typed, range-checked arguments of ``package``'s inputs."""
+    arguments = parse_params(pairs, package.inputs)
+    check_knobs(arguments, package.pipeline_name)
+    return arguments
+
+
+def check_knobs(arguments: dict[str, Any], pipeline_name: str) -> None:
+    """Check fine-tune knobs among ``arguments`` against their declared ranges, with the
+    pipeline's preset for the knobs not given (the rules that tie knobs together), so that a
+    run that would fail in its first task is refused before anything is sent."""
+    from draslice.pipelines.variants import preset_of
+    from draslice.trainer.config import check_params
+
+    preset = preset_of(pipeline_name)
+    try:
+        check_params(arguments, base=None if preset is None else preset.values)
+    except InvalidParameter as err:
+        if err.name in arguments:
+            raise InvalidParameter(f"--param {err.name}", err.value, err.valid) from None
+        raise InvalidParameter(
+            f"--param {err.name}", err.value,
+            f"{err.valid} (the pipeline's default; set it too with --param {err.name}=VALUE)",
+        ) from None
