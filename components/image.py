@@ -13,3 +13,14 @@ from draslice import __version__
 IMAGE_ENV = "DRASLICE_TRAINER_IMAGE"
 DEFAULT_TRAINER_IMAGE = f"ghcr.io/draslice/trainer:{__version__}"
 TRAINER_IMAGE = os.environ.get(IMAGE_ENV, DEFAULT_TRAINER_IMAGE)
+
+
+def trainer_image(image: str | None = None) -> str:
+    """The image the rendered pipelines and manifests run on: ``image`` (a ``--image``
+    option) when given, else ``TRAINER_IMAGE``; checked against the image reference grammar,
+    so a typo is refused here instead of surfacing as the pod's InvalidImageName."""
+    from draslice.cluster.names import validate_image_ref
+
+    if image is not None:
+        return validate_image_ref(image, "image")
+    return validate_image_ref(TRAINER_IMAGE, IMAGE_ENV)

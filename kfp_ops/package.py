@@ -44,6 +44,7 @@ class PipelinePackage:
     inputs: dict[str, InputParam] = field(default_factory=dict)
     native_claims: bool = False
     variant_id: str | None = None
+    images: tuple[str, ...] = ()  # the container images its tasks run on
 
     @property
     def version_name(self) -> str:
@@ -108,6 +109,28 @@ def read_inputs(spec: dict) -> dict[str, InputParam]:
     return out
 
 
+def container_images(spec: dict) -> tuple[str, ...]:
+    """The images of a compiled pipeline's container executors, sorted, each once."""
+    executors = (spec.get("deploymentSpec") or {}).get("executors") or {}
+    return tuple(sorted({str(e["container"]["image"]) for e in executors.values()
+                         if isinstance(e, dict) and isinstance(e.get("container"), dict)
+                         and e["container"].get("image")}))
+
+
+def default_image_warning(packages: list[PipelinePackage]) -> str | None:
+    """One line when a pipeline about to be sent still runs on the default trainer image,
+    which nobody has pushed (its pods would end in ImagePullBackOff); None otherwise."""
+    from draslice.components.image import DEFAULT_TRAINER_IMAGE
+
+    named = [p.pipeline_name for p in packages if DEFAULT_TRAINER_IMAGE in p.images]
+    if not named:
+        return None
+    which = f"{named[0]} runs" if len(named) == 1 else f"{len(named)} pipelines run"
+    return (f"warning: {which} on the default image {DEFAULT_TRAINER_IMAGE}, which is "
+            "not pushed to any registry: build and push trainer/Dockerfile, then "
+            "`draslice compile --image YOUR/IMAGE:TAG --out DIR` and send a file from DIR")
+
+
 def has_native_claims(platform: dict) -> bool:
     executors = (platform.get("platforms", {}).get("kubernetes", {})
                  .get("deploymentSpec", {}).get("executors", {}))
@@ -128,6 +151,7 @@ def load_package(path: str | Path, variant_id: str | None = None) -> PipelinePac
         inputs=read_inputs(spec),
         native_claims=has_native_claims(platform),
         variant_id=variant_id,
+        images=container_images(spec),
     )
 
 

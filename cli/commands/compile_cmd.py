@@ -63,14 +63,10 @@ def compile_pipelines(
       draslice compile --kueue-queue gpu-slices --out compiled-kueue/
       draslice compile --image registry.example.com/team/draslice-trainer:0.1.0 --out my/
     """
-    from draslice.cluster.names import validate_image_ref
-    from draslice.components.image import DEFAULT_TRAINER_IMAGE, IMAGE_ENV, TRAINER_IMAGE
+    from draslice.components.image import DEFAULT_TRAINER_IMAGE, trainer_image
     from draslice.trainer.outputs import check_writable_dir
 
-    if image is None:
-        image = validate_image_ref(TRAINER_IMAGE, IMAGE_ENV)
-    else:
-        validate_image_ref(image, "image")
+    image = trainer_image(image)
     into_committed = Path(out_dir).resolve() == Path(COMMITTED_DIR).resolve()
     if image != DEFAULT_TRAINER_IMAGE and into_committed:
         raise InvalidParameter(
