@@ -43,3 +43,61 @@ def validate_dns_label(value: str, field: str, why: str = "") -> str:
 def validate_template_name(name: str) -> str:
     """A ResourceClaimTemplate name that is also a pod claim name and a label value."""
     return validate_dns_label(name, "claim_template", "no dots: it names the pod's claim")
+
+
+# A PersistentVolumeClaim's name is a DNS-1123 subdomain (Kubernetes' NameIsDNSSubdomain).
+MAX_SUBDOMAIN = 253
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def validate_dns_subdomain(value: str, field: str) -> str:
+    """A DNS-1123 subdomain (object names such as a PVC's), or an error naming ``field``."""
+    if not isinstance(value, str) or not value:
+        raise InvalidParameter(field, value, "must be a non-empty name")
+    if len(value) > MAX_SUBDOMAIN or not _DNS1123_SUBDOMAIN.match(value):
+        raise InvalidParameter(
+            field, value,
+            f"must be a DNS-1123 subdomain: at most {MAX_SUBDOMAIN} characters, lower-case "
+            "letters, digits, '-' and '.', starting and ending with a letter or digit",
+        )
+    return value
+
+
+def validate_mount_path(value: str, field: str) -> str:
+    """A container mount path: absolute, not ``/`` itself, without ``..`` (a relative or
+    empty path would be resolved by the container runtime, or refused when the pod starts)."""
+    if not isinstance(value, str) or not value.startswith("/") or value.rstrip("/") == "" \
+            or ".." in value.split("/") or ":" in value or value != value.strip():
+        raise InvalidParameter(
+            field, value, "must be an absolute path inside the container, such as /data (not "
+                          "/ itself, without '..' or ':')")
+    return value
+
+
+# The image reference grammar of the container registries (distribution/reference):
+# [domain[:port]/]path-component[/path-component...][:tag][@algorithm:hex].
+_ALNUM = r"[a-z0-9]+"
+_PATH_COMPONENT = rf"{_ALNUM}(?:(?:[._]|__|-+){_ALNUM})*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+_IMAGE_NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+_IMAGE_REF = re.compile(
+    rf"(?P<name>{_IMAGE_NAME})(?::[\w][\w.-]{{0,127}})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+MAX_IMAGE_NAME = 255
+
+
+def validate_image_ref(value: str, field: str) -> str:
+    """A container image reference a registry and the kubelet accept, or an error naming
+    ``field`` (a bad one would surface only as the pod's ImagePullBackOff / InvalidImageName)."""
+    match = _IMAGE_REF.fullmatch(value) if isinstance(value, str) else None
+    if match is None or len(match.group("name")) > MAX_IMAGE_NAME:
+        raise InvalidParameter(
+            field, value,
+            "must be an image reference [registry[:port]/]repository[:tag][@sha256:digest], "
+            "e.g. registry.example.com/team/draslice-trainer:0.1.0 (repository in lower case; "
+            f"at most {MAX_IMAGE_NAME} characters before the tag)",
+        )
+    return value

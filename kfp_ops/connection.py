@@ -15,13 +15,15 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import kfp
 from kfp.client.client import KF_PIPELINES_ENDPOINT_ENV
 from kfp.client.set_volume_credentials import ServiceAccountTokenVolumeCredentials
 
 from draslice.errors import InvalidParameter
-from draslice.kfp_ops.errors import api_errors
+from draslice.kfp_ops import answers
+from draslice.kfp_ops.errors import api_errors, scrub
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,15 @@ class KfpConnection:
             )
         if not host.startswith(("http://", "https://")):
             host = "https://" + host
+        parts = urlsplit(host)
+        if "@" in parts.netloc:  # user:password@ would be printed with every error
+            shown = parts._replace(netloc="<credentials>@" + parts.netloc.rpartition("@")[2])
+            raise InvalidParameter(
+                "--host", shown.geturl(),
+                "must not carry credentials (user:password@): kfp.Client does not send them, "
+                "and every error message would show them. Give a token with --token-env NAME "
+                "or --token-file PATH, or a session cookie with --cookies-file PATH",
+            )
         return host.rstrip("/")
 
 
@@ -90,8 +101,34 @@ class _Client(kfp.Client):
     each time; for a wrong host or a rejected token the user should hear why at once.
     """
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        answers.install(self._healthz_api.api_client)  # one ApiClient behind every service
+
     def get_kfp_healthz(self, sleep_duration: int = 5):
         return self._healthz_api.healthz_service_get_healthz(_request_timeout=30)
+
+
+class _Scrubber(logging.Filter):
+    """Takes every secret a session holds out of log records: ``kfp_server_api`` logs each
+    answer's body at DEBUG, and a server may echo the token back in one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            message = record.getMessage()
+            clean = scrub(message, self.secrets)
+            if clean != message:
+                record.msg, record.args = clean, ()
+        return True
+
+
+_SCRUBBER = _Scrubber()
+for _name in ("kfp_server_api.rest", __name__):
+    logging.getLogger(_name).addFilter(_SCRUBBER)
 
 
 @contextlib.contextmanager
@@ -151,6 +188,7 @@ def connect(conn: KfpConnection) -> KfpSession:
     if conn.ca_bundle and not Path(conn.ca_bundle).is_file():
         raise InvalidParameter("--ca-bundle", conn.ca_bundle, "no such file")
     kwargs, secrets = _credentials(conn)
+    _SCRUBBER.secrets.update(secrets)
     if not conn.verify_tls:
         log.warning("TLS certificate verification is OFF for %s", host)
     ui_host = (conn.ui_host or host).rstrip("/")

@@ -17,6 +17,7 @@ import kfp_server_api
 import urllib3
 
 from draslice.errors import DrasliceError
+from draslice.kfp_ops.answers import NotKfpAnswer
 
 NATIVE_FIELD = "podResourceClaims"
 _MAX_SERVER_TEXT = 400
@@ -94,6 +95,13 @@ def _native_hint() -> str:
 def translate(err: BaseException, host: str, action: str, secrets: Iterable[str] = ()) -> KfpError:
     """The :class:`KfpError` that says what ``err`` means for ``action`` against ``host``."""
     secrets = list(secrets)
+    if isinstance(err, NotKfpAnswer):
+        return KfpError(
+            f"{action}: {host} answered {scrub(str(err), secrets)}: not the KFP API's answer. "
+            "Check --host: the KFP API's address (for example http://127.0.0.1:8080 after "
+            "kubectl -n kubeflow port-forward svc/ml-pipeline-ui 8080:80, or "
+            "https://<kubeflow host>/pipeline)"
+        )
     if isinstance(err, kfp_server_api.ApiException):
         status = err.status or 0
         detail = scrub(server_message(err.body), secrets)
@@ -150,5 +158,6 @@ def api_errors(host: str, action: str, secrets: Iterable[str] = ()) -> Iterator[
     """Run a block of ``kfp.Client`` calls; re-raise their errors as :class:`KfpError`."""
     try:
         yield
-    except (kfp_server_api.ApiException, urllib3.exceptions.HTTPError, ConnectionError) as err:
+    except (kfp_server_api.ApiException, urllib3.exceptions.HTTPError, ConnectionError,
+            NotKfpAnswer) as err:
         raise translate(err, host, action, secrets) from None

@@ -44,6 +44,7 @@ class PipelinePackage:
     inputs: dict[str, InputParam] = field(default_factory=dict)
     native_claims: bool = False
     variant_id: str | None = None
+    images: tuple[str, ...] = ()  # the container images its tasks run on
 
     @property
     def version_name(self) -> str:
@@ -67,10 +68,22 @@ def _variant(variant_id: str):
 
 
 def _documents(path: Path) -> tuple[dict, dict]:
+    data = path.read_bytes()
     try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InvalidParameter(
+            "--variant", str(path), f"not a text file (byte {err.start} is "
+            f"{data[err.start]:#04x}, not UTF-8); give a compiled pipeline YAML "
+            "(`draslice compile`)") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:
-        raise InvalidParameter("--variant", str(path), f"not valid YAML: {err}") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        problem = getattr(err, "problem", None) or "cannot be parsed"
+        raise InvalidParameter("--variant", str(path),
+                               f"not valid YAML ({where}{problem})") from None
     if not docs or not isinstance(docs[0], dict) or "pipelineInfo" not in docs[0]:
         raise InvalidParameter(
             "--variant", str(path), "not a compiled KFP pipeline (no pipelineInfo in the first "
@@ -96,6 +109,28 @@ def read_inputs(spec: dict) -> dict[str, InputParam]:
     return out
 
 
+def container_images(spec: dict) -> tuple[str, ...]:
+    """The images of a compiled pipeline's container executors, sorted, each once."""
+    executors = (spec.get("deploymentSpec") or {}).get("executors") or {}
+    return tuple(sorted({str(e["container"]["image"]) for e in executors.values()
+                         if isinstance(e, dict) and isinstance(e.get("container"), dict)
+                         and e["container"].get("image")}))
+
+
+def default_image_warning(packages: list[PipelinePackage]) -> str | None:
+    """One line when a pipeline about to be sent still runs on the default trainer image,
+    which nobody has pushed (its pods would end in ImagePullBackOff); None otherwise."""
+    from draslice.components.image import DEFAULT_TRAINER_IMAGE
+
+    named = [p.pipeline_name for p in packages if DEFAULT_TRAINER_IMAGE in p.images]
+    if not named:
+        return None
+    which = f"{named[0]} runs" if len(named) == 1 else f"{len(named)} pipelines run"
+    return (f"warning: {which} on the default image {DEFAULT_TRAINER_IMAGE}, which is "
+            "not pushed to any registry: build and push trainer/Dockerfile, then "
+            "`draslice compile --image YOUR/IMAGE:TAG --out DIR` and send a file from DIR")
+
+
 def has_native_claims(platform: dict) -> bool:
     executors = (platform.get("platforms", {}).get("kubernetes", {})
                  .get("deploymentSpec", {}).get("executors", {}))
@@ -116,6 +151,7 @@ def load_package(path: str | Path, variant_id: str | None = None) -> PipelinePac
         inputs=read_inputs(spec),
         native_claims=has_native_claims(platform),
         variant_id=variant_id,
+        images=container_images(spec),
     )
 
 
@@ -198,3 +234,29 @@ def parse_params(pairs: list[str] | tuple[str, ...], inputs: dict[str, InputPara
             )
         out[key] = _convert(inputs[key], raw)
     return out
+
+
+def arguments_for(package: PipelinePackage, pairs: list[str] | tuple[str, ...]) -> dict:
+    """``key=value`` strings as the typed, range-checked arguments of ``package``'s inputs."""
+    arguments = parse_params(pairs, package.inputs)
+    check_knobs(arguments, package.pipeline_name)
+    return arguments
+
+
+def check_knobs(arguments: dict[str, Any], pipeline_name: str) -> None:
+    """Check fine-tune knobs among ``arguments`` against their declared ranges, with the
+    pipeline's preset for the knobs not given (the rules that tie knobs together), so that a
+    run that would fail in its first task is refused before anything is sent."""
+    from draslice.pipelines.variants import preset_of
+    from draslice.trainer.config import check_params
+
+    preset = preset_of(pipeline_name)
+    try:
+        check_params(arguments, base=None if preset is None else preset.values)
+    except InvalidParameter as err:
+        if err.name in arguments:
+            raise InvalidParameter(f"--param {err.name}", err.value, err.valid) from None
+        raise InvalidParameter(
+            f"--param {err.name}", err.value,
+            f"{err.valid} (the pipeline's default; set it too with --param {err.name}=VALUE)",
+        ) from None

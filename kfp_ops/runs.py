@@ -17,7 +17,13 @@ from datetime import UTC, datetime
 from draslice.errors import InvalidParameter
 from draslice.kfp_ops.connection import KfpSession, quiet_client
 from draslice.kfp_ops.errors import RunNotFinished
-from draslice.kfp_ops.package import InputParam, PipelinePackage, parse_params, read_inputs
+from draslice.kfp_ops.package import (
+    InputParam,
+    PipelinePackage,
+    check_knobs,
+    parse_params,
+    read_inputs,
+)
 
 DEFAULT_EXPERIMENT = "draslice"
 
@@ -57,14 +63,16 @@ def default_run_name(pipeline_name: str) -> str:
     return f"{pipeline_name} {datetime.now(UTC):%Y-%m-%d %H:%M:%S}Z"
 
 
-def version_inputs(session: KfpSession, pipeline_id: str, version_id: str) -> dict[str, InputParam]:
-    """Root inputs of an uploaded version, from the spec the server stored."""
+def version_inputs(session: KfpSession, pipeline_id: str,
+                   version_id: str) -> tuple[dict[str, InputParam], str]:
+    """Root inputs and pipeline name of an uploaded version, from the spec the server
+    stored."""
     with session.errors(f"reading pipeline version {version_id}"), quiet_client():
         version = session.client.get_pipeline_version(pipeline_id, version_id)
     spec = version.pipeline_spec or {}
     if "pipeline_spec" in spec:  # stored as {pipeline_spec, platform_spec}
         spec = spec["pipeline_spec"]
-    return read_inputs(spec)
+    return read_inputs(spec), str((spec.get("pipelineInfo") or {}).get("name", ""))
 
 
 def get_or_create_experiment(session: KfpSession, name: str) -> str:
@@ -94,7 +102,10 @@ def submit(
         raise InvalidParameter(
             "pipeline", None, "give either a compiled package or both pipeline_id and version_id"
         )
-    inputs = package.inputs if package else version_inputs(session, pipeline_id, version_id)
+    if package:
+        inputs, name = package.inputs, package.pipeline_name
+    else:
+        inputs, name = version_inputs(session, pipeline_id, version_id)
     if isinstance(params, dict):
         unknown = sorted(set(params) - set(inputs))
         if unknown:
@@ -102,6 +113,7 @@ def submit(
         arguments = dict(params)
     else:
         arguments = parse_params(list(params), inputs)
+    check_knobs(arguments, name)
     label = package.pipeline_name if package else f"version {version_id}"
     run_name = run_name or default_run_name(package.pipeline_name if package else "draslice run")
     experiment_id = get_or_create_experiment(session, experiment)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from draslice.errors import InvalidParameter
 from draslice.kfp_ops.connection import KfpSession, quiet_client
 from draslice.kfp_ops.cron import to_kfp_cron
-from draslice.kfp_ops.package import PipelinePackage, parse_params
+from draslice.kfp_ops.package import PipelinePackage, check_knobs, parse_params
 from draslice.kfp_ops.paging import every, name_filter
 from draslice.kfp_ops.runs import DEFAULT_EXPERIMENT, get_or_create_experiment
 from draslice.kfp_ops.upload import upload
@@ -168,6 +168,7 @@ def create_schedule(
     if start_t and end_t and end_t <= start_t:
         raise InvalidParameter("--end", end, f"must be after --start {start_t}")
     arguments = parse_params(list(params), package.inputs)
+    check_knobs(arguments, package.pipeline_name)
     suffix = DEFAULT_SUFFIX if cron is None and interval_s is None else "schedule"
     name = name or f"{package.pipeline_name}-{suffix}"
     if not name.startswith(OUR_PREFIX):

@@ -32,13 +32,18 @@ COMMITTED_DIR = "compiled"
                    "(and, for finetune, the model).")
 @click.option("--mount-path", default="/data", show_default=True,
               help="With a finetune kind: where that PVC is mounted in the tasks.")
+@click.option("--image", default=None, metavar="REF",
+              help="The trainer image the tasks run on: your registry's copy of "
+                   "trainer/Dockerfile, e.g. registry.example.com/team/draslice-trainer:0.1.0. "
+                   "[default: $DRASLICE_TRAINER_IMAGE, else ghcr.io/draslice/trainer:<version>] "
+                   "Needs --out other than compiled/ (the committed files keep the default).")
 @click.option("--kueue-queue", default=None, metavar="NAME",
               help="Label the GPU tasks' pods kueue.x-k8s.io/queue-name=NAME so Kueue admits "
                    "them against that LocalQueue's quota on slices. Needs --out other than "
                    "compiled/ (the committed files stay without it).")
 def compile_pipelines(
     out_dir: str, template: str | None, mode: str, kind: str, pvc_name: str, mount_path: str,
-    kueue_queue: str | None,
+    image: str | None, kueue_queue: str | None,
 ) -> None:
     """Compile the pipelines to KFP YAML (byte-for-byte reproducible).
 
@@ -56,24 +61,38 @@ def compile_pipelines(
       draslice compile --template mig-2g-12gb --kind finetune --pvc team-llm --out my/
       draslice compile --template mig-2g-12gb --kind finetune-artifact --out my/
       draslice compile --kueue-queue gpu-slices --out compiled-kueue/
+      draslice compile --image registry.example.com/team/draslice-trainer:0.1.0 --out my/
     """
+    from draslice.components.image import DEFAULT_TRAINER_IMAGE, trainer_image
+    from draslice.trainer.outputs import check_writable_dir
+
+    image = trainer_image(image)
+    into_committed = Path(out_dir).resolve() == Path(COMMITTED_DIR).resolve()
+    if image != DEFAULT_TRAINER_IMAGE and into_committed:
+        raise InvalidParameter(
+            "out", out_dir,
+            f"the trainer image {image} goes into another folder: choose one with --out "
+            f"(compiled/ holds the committed pipelines, on {DEFAULT_TRAINER_IMAGE})",
+        )
     if kueue_queue is not None:
         from draslice.cluster.manifests.kueue import check_queue_name
 
         check_queue_name(kueue_queue)
-        if Path(out_dir).resolve() == Path(COMMITTED_DIR).resolve():
+        if into_committed:
             raise InvalidParameter(
                 "out", out_dir,
                 "--kueue-queue writes the same file names: choose another folder with --out "
                 "(compiled/ holds the committed pipelines, without a queue)",
             )
-    if template is None:
-        paths = compile_all(out_dir, kueue_queue)
+    variant = None if template is None else Variant(
+        kind, template, ClaimMode.parse(mode), pvc_name=pvc_name, mount_path=mount_path,
+        kueue_queue=kueue_queue)  # names checked here, before any file is written
+    check_writable_dir(out_dir, "out", created=[])
+    if variant is None:
+        paths = compile_all(out_dir, kueue_queue, image)
         click.echo(f"compiled {len(paths)} of {len(VARIANTS)} pipelines into {Path(out_dir)}/")
         for p in paths:
             click.echo(f"  {p}")
         return
-    variant = Variant(kind, template, ClaimMode.parse(mode), pvc_name=pvc_name,
-                      mount_path=mount_path, kueue_queue=kueue_queue)
-    path = compile_variant(variant, out_dir)
+    path = compile_variant(variant, out_dir, image)
     click.echo(str(path))

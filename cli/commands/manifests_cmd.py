@@ -175,9 +175,9 @@ def workloads_cmd(template: str, namespace: str, image: str | None, kinds, out_d
       draslice manifests workloads --template mig-2g-12gb --kind trainjob --namespace team-a
     """
     from draslice.cluster.manifests import workloads, yamlio
-    from draslice.components.image import TRAINER_IMAGE
+    from draslice.components.image import trainer_image
 
-    rendered = workloads.workloads(template, image or TRAINER_IMAGE, namespace)
+    rendered = workloads.workloads(template, trainer_image(image), namespace)
     chosen = [k for k in rendered if not kinds or k in kinds]
     if out_dir is None:
         click.echo(yamlio.dump([d for k in chosen for d in rendered[k]]), nl=False)
@@ -191,9 +191,11 @@ def workloads_cmd(template: str, namespace: str, image: str | None, kinds, out_d
               help="Namespace of the LocalQueue (where the runs are).")
 @click.option("--queue", default="gpu-slices", show_default=True, help="LocalQueue name.")
 @click.option("--mig-slices", type=int, default=4, show_default=True,
-              help="Quota: MIG slices (mig.nvidia.com devices) admitted at once.")
+              help="Quota: MIG slices (mig.nvidia.com devices) admitted at once (0 to "
+                   "1,000,000).")
 @click.option("--shared-gpus", type=int, default=2, show_default=True,
-              help="Quota: shared whole GPUs (gpu.nvidia.com devices) admitted at once.")
+              help="Quota: shared whole GPUs (gpu.nvidia.com devices) admitted at once (0 to "
+                   "1,000,000).")
 @click.option("--config", "config_only", is_flag=True,
               help="Print the deviceClassMappings fragment of Kueue's Configuration instead.")
 @_OUT
@@ -234,9 +236,9 @@ def all_cmd(out_dir: str, image: str | None) -> None:
       draslice manifests all --out manifests
     """
     from draslice.cluster.manifests import committed, yamlio
-    from draslice.components.image import TRAINER_IMAGE
+    from draslice.components.image import trainer_image
 
-    files = committed.files(image or TRAINER_IMAGE)
+    files = committed.files(trainer_image(image))
     paths = yamlio.write(out_dir, files)
     click.echo(f"wrote {len(paths)} files into {Path(out_dir)}/")
     for p in paths:

@@ -67,6 +67,7 @@ def create(variants, cron, every, max_concurrency, catchup, start, end, disabled
     from draslice.errors import InvalidParameter
     from draslice.kfp_ops import connect, create_schedule, parse_interval, resolve_package
     from draslice.kfp_ops.cron import to_kfp_cron
+    from draslice.kfp_ops.package import arguments_for, default_image_warning
 
     chosen = list(variants) or _canaries()
     if name and len(chosen) > 1:
@@ -77,6 +78,11 @@ def create(variants, cron, every, max_concurrency, catchup, start, end, disabled
     if cron:
         to_kfp_cron(cron)  # fail on a bad expression before connecting
     packages = [resolve_package(v, compiled_dir) for v in chosen]
+    for package in packages:
+        arguments_for(package, params)  # refused here, before anything is sent
+    warning = default_image_warning(packages)
+    if warning:
+        click.echo(warning, err=True)
     session = connect(conn)
     for package in packages:
         result = create_schedule(

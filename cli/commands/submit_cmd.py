@@ -55,6 +55,7 @@ def submit(variant, upload_first, pipeline_id, version_id, params, experiment, r
     from draslice.errors import InvalidParameter
     from draslice.kfp_ops import connect, resolve_package, upload, wait
     from draslice.kfp_ops import submit as do_submit
+    from draslice.kfp_ops.package import arguments_for, default_image_warning
 
     if (pipeline_id is None) != (version_id is None):
         raise InvalidParameter("--pipeline-id/--version-id", pipeline_id or version_id,
@@ -63,6 +64,11 @@ def submit(variant, upload_first, pipeline_id, version_id, params, experiment, r
         raise InvalidParameter("--version-id", version_id,
                                "runs an uploaded version; leave out --variant and --upload")
     package = None if version_id else resolve_package(variant or DEFAULT_VARIANT, compiled_dir)
+    if package is not None:
+        params = arguments_for(package, params)  # refused here, before anything is sent
+        warning = default_image_warning([package])
+        if warning:
+            click.echo(warning, err=True)
     if package is not None and package.native_claims:
         click.echo("note: native claim mode (podResourceClaims) needs a KFP backend with "
                    "kubeflow/pipelines#14243", err=True)

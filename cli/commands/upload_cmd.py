@@ -38,12 +38,15 @@ def upload(variants, all_variants, name, description, compiled_dir, conn) -> Non
     from draslice.errors import InvalidParameter
     from draslice.kfp_ops import connect, resolve_package
     from draslice.kfp_ops import upload as do_upload
-    from draslice.kfp_ops.package import variant_ids
+    from draslice.kfp_ops.package import default_image_warning, variant_ids
 
     chosen = list(variant_ids()) if all_variants else list(variants) or [DEFAULT_VARIANT]
     if name and len(chosen) > 1:
         raise InvalidParameter("--name", name, "can only rename a single --variant")
     packages = [resolve_package(v, compiled_dir) for v in chosen]
+    warning = default_image_warning(packages)
+    if warning:
+        click.echo(warning, err=True)
     session = connect(conn)
     for package in packages:
         result = do_upload(session, package, name=name, description=description)

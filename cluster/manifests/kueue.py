@@ -26,6 +26,9 @@ CLUSTER_QUEUE = "draslice-gpu-slices"
 MIG_RESOURCE = "mig-slices"
 SHARED_RESOURCE = "shared-gpus"
 MAPPINGS = {MIG_RESOURCE: [MIG_CLASS], SHARED_RESOURCE: [GPU_CLASS]}
+# A quota above what any cluster can publish is a typo: Kubernetes supports 5,000 nodes, so
+# 8 GPUs of 7 MIG slices each give at most 280,000 devices; the bound leaves room above that.
+MAX_QUOTA = 1_000_000
 
 
 def check_queue_name(name: str) -> str:
@@ -53,8 +56,10 @@ def queues(
     validate_dns_label(namespace, "namespace")
     check_queue_name(queue)
     for field, value in (("mig_slices", mig_slices), ("shared_gpus", shared_gpus)):
-        if not isinstance(value, int) or value < 0:
-            raise InvalidParameter(field, value, "must be a whole number >= 0")
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_QUOTA:
+            raise InvalidParameter(
+                field, value, f"must be a whole number from 0 to {MAX_QUOTA:,} (more devices "
+                "than a 5,000-node cluster of 8 GPUs with 7 MIG slices each publishes)")
     return [
         {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}},
         {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": CLUSTER_QUEUE},

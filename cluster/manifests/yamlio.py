@@ -7,6 +7,7 @@ and every file starts with a comment that says what it is and how to regenerate 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -37,12 +38,22 @@ def dump(docs: Iterable[dict], header: str = "") -> str:
 
 
 def write(out_dir: str | Path, files: dict[str, str]) -> list[Path]:
-    """Write ``{filename: text}`` into ``out_dir``; returns the paths in the given order."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    """Write ``{filename: text}`` into ``out_dir``; returns the paths in the given order.
+
+    The folder is checked (created, and a probe written) before any file, so a read-only or
+    full one is one line naming it; each file is written under a temporary name and renamed,
+    so a failed write leaves no half-written manifest."""
+    from draslice.trainer.outputs import check_writable_dir
+
+    out = check_writable_dir(out_dir, "out", created=[])
     paths = []
     for name, text in files.items():
         path = out / name
-        path.write_text(text)
+        tmp = out / f".tmp-{name}"
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
         paths.append(path)
     return paths

@@ -49,6 +49,8 @@ class Fault:
     status: int
     message: str
     times: int
+    body: bytes | None = None  # a raw answer instead of KFP's error shape
+    content_type: str = "application/json"
 
 
 @dataclass
@@ -98,6 +100,14 @@ class FakeKfp:
              times: int = 1) -> None:
         """Answer the next ``times`` matching requests with ``status``."""
         self.faults.append(Fault(method, re.compile(path_regex), status, message, times))
+
+    def answer(self, method: str, path_regex: str, body: bytes | str, status: int = 200,
+               content_type: str = "application/json", times: int = 1) -> None:
+        """Answer the next ``times`` matching requests with these raw bytes: what a server
+        that is not KFP's API (or a broken proxy) sends back."""
+        raw = body.encode() if isinstance(body, str) else body
+        self.faults.append(Fault(method, re.compile(path_regex), status, "", times, raw,
+                                 content_type))
 
     def script_next_run(self, *states: str) -> None:
         """States the next created run goes through, one per GET of it."""
@@ -189,9 +199,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- plumbing ------------------------------------------------------------------------
     def _send(self, status: int, doc) -> None:
-        body = json.dumps(doc).encode()
+        self._send_raw(status, json.dumps(doc).encode(), "application/json")
+
+    def _send_raw(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -212,6 +224,8 @@ class _Handler(BaseHTTPRequestHandler):
             for fault in fake.faults:
                 if fault.times > 0 and fault.method == method and fault.path.search(split.path):
                     fault.times -= 1
+                    if fault.body is not None:
+                        return self._send_raw(fault.status, fault.body, fault.content_type)
                     return self._error(fault.status, fault.message)
             if fake.required_token is not None and \
                     self.headers.get("Authorization") != f"Bearer {fake.required_token}":

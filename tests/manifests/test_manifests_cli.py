@@ -121,3 +121,56 @@ def test_bad_input_is_one_clear_error(args, message):
 def test_every_subcommand_has_help_with_examples(sub):
     result = run(sub, "--help")
     assert result.exit_code == 0 and "Example" in result.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("workloads", "--image", "not an image ref!!"),
+     "invalid image='not an image ref!!': must be an image reference"),
+    (("all", "--image", "Registry.example.com/Team/Trainer"), "invalid image="),
+    (("kueue", "--mig-slices", "99999999999999999999"),
+     "invalid mig_slices=99999999999999999999: must be a whole number from 0 to 1,000,000"),
+    (("kueue", "--shared-gpus", "1000001"), "invalid shared_gpus=1000001"),
+])
+def test_bad_image_and_quota_are_one_line(args, message, tmp_path):
+    result = run(*args, "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr
+    assert len(result.output.splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_a_bad_image_from_the_environment_names_the_variable(monkeypatch):
+    from draslice.components import image
+
+    monkeypatch.setattr(image, "TRAINER_IMAGE", "my registry/trainer")
+    result = run("workloads")
+    assert result.exit_code == 2
+    assert "invalid DRASLICE_TRAINER_IMAGE='my registry/trainer'" in result.stderr
+
+
+def test_image_references_of_the_registries_grammar_are_accepted():
+    from draslice.cluster.names import validate_image_ref
+
+    for ref in ("ubuntu", "localhost:5000/team/trainer:v1", "[::1]:5000/x:latest",
+                "ghcr.io/a__b/c-d--e.f:0.1.0_rc-1", "r.example.com/x@sha256:" + "ab" * 32,
+                "r.example.com/x:1@sha256:" + "0" * 64):
+        assert validate_image_ref(ref, "image") == ref
+    for ref in ("", "x:", ":tag", "/x", "x/", "x@sha256:12", "team/Trainer", "a b",
+                "x:" + "t" * 129, "r.io/" + "x" * 251):
+        with pytest.raises(ValueError, match="must be an image reference"):
+            validate_image_ref(ref, "image")
+
+
+@pytest.mark.parametrize("args", [("all",), ("claim-templates", "--profile", "1g.6gb"),
+                                  ("rbac",)])
+def test_a_read_only_out_folder_is_one_line_naming_it(args):
+    from tests.unwritable import read_only_folder
+
+    runner = CliRunner()
+    run("rbac")  # the command's modules imported while they can be read
+    with read_only_folder() as folder:
+        result = runner.invoke(main, ["manifests", *args, "--out", str(folder)])
+        assert list(folder.iterdir()) == []
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [result.stderr.strip()]
+    assert f"invalid out='{folder}': cannot write there (Permission denied)" in result.stderr
+    assert "Traceback" not in result.output
