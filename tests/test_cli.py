@@ -16,17 +16,15 @@ from draslice.cli import main
 from draslice.cli.error_output import JsonErrorCommand
 from tests.conftest import REPO
 
-
-def _commands(group: click.Group, prefix=()):
-    ctx = click.Context(group)
-    for name in group.list_commands(ctx):  # the top level loads its commands lazily
-        cmd = group.get_command(ctx, name)
-        yield (*prefix, name)
-        if isinstance(cmd, click.Group):
-            yield from _commands(cmd, (*prefix, name))
+# benchmarks/startup.py lists every command and times the cases below; loaded by path, since
+# `startup` may name this checkout's folder.
+_spec = importlib.util.spec_from_file_location("startup_bench", REPO / "benchmarks" / "startup.py")
+startup_bench = sys.modules["startup_bench"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(startup_bench)
 
 
-@pytest.mark.parametrize("path", [(), *_commands(main)], ids=lambda p: " ".join(p) or "draslice")
+@pytest.mark.parametrize("path", [(), *startup_bench.command_paths()],
+                         ids=lambda p: " ".join(p) or "draslice")
 def test_every_command_explains_itself(path):
     result = CliRunner().invoke(main, [*path, "--help"])
     assert result.exit_code == 0, result.output
@@ -90,9 +88,6 @@ def test_run_names_the_pipelines_default_template():
 # --- startup: --help and bad input load no heavy library (issue 14) ------------------------
 # The cases are benchmarks/startup.py's (every --help, one bad input per command); that script
 # times them, this test only checks what they import.
-_spec = importlib.util.spec_from_file_location("startup_bench", REPO / "benchmarks" / "startup.py")
-startup_bench = sys.modules["startup_bench"] = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(startup_bench)  # by path: `startup` may name this checkout's folder
 
 HEAVY = ("torch", "kfp", "kfp_server_api", "kubernetes", "transformers", "peft", "matplotlib",
          "datasets")
