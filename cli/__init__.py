@@ -4,42 +4,53 @@ assembles them and turns :class:`DrasliceError` into a one-line message and an e
 from __future__ import annotations
 
 import importlib
-import sys
+import importlib.util
 
 import click
 
 from draslice import __version__
-from draslice.errors import DrasliceError
+from draslice.cli.error_output import JsonErrorCommand, fail
+from draslice.errors import DrasliceError, MissingDependency
 
-# name -> (module under draslice.cli.commands, attribute). Imported when the command runs, so
-# `draslice train` (the trainer image's entry point, also used on bare GPU hosts) never loads
-# kfp, which only the pipeline commands need.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "advise": ("advise_cmd", "advise"),
-    "compile": ("compile_cmd", "compile_pipelines"),
-    "manifests": ("manifests_cmd", "manifests"),
-    "preflight": ("preflight_cmd", "preflight"),
-    "run": ("run_cmd", "run"),
-    "schedule": ("schedule_cmd", "schedule"),
-    "smoke": ("steps_cmd", "smoke"),
-    "submit": ("submit_cmd", "submit"),
-    "train": ("steps_cmd", "train"),
-    "upload": ("upload_cmd", "upload"),
+# name -> (module under draslice.cli.commands, attribute, packages it needs besides the
+# trainer's). A command's module is imported only when that command runs (or --help lists
+# it), and command modules import torch and kfp only where a command does its work, so
+# `--help`, option parsing and bad input answer in a fraction of a second, and `draslice
+# train` (the trainer image's entry point, also used on bare GPU hosts) never loads kfp.
+COMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "advise": ("advise_cmd", "advise", ()),
+    "compile": ("compile_cmd", "compile_pipelines", ("kfp",)),
+    "manifests": ("manifests_cmd", "manifests", ()),
+    "preflight": ("preflight_cmd", "preflight", ()),
+    "run": ("run_cmd", "run", ("kfp",)),
+    "schedule": ("schedule_cmd", "schedule", ("kfp",)),
+    "smoke": ("steps_cmd", "smoke", ()),
+    "submit": ("submit_cmd", "submit", ("kfp",)),
+    "train": ("steps_cmd", "train", ()),
+    "upload": ("upload_cmd", "upload", ("kfp",)),
 }
 
 
-def _missing_dependency(name: str, err: ImportError) -> click.Command:
-    """A stand-in for a command whose module cannot be imported here: says what is missing."""
-    missing = err.name or str(err)
+def _installed(package: str) -> bool:
+    """Whether ``package`` can be imported, without importing it (kfp takes a second)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ImportError:
+        return False
 
-    @click.command(name, context_settings={"ignore_unknown_options": True},
-                   add_help_option=False, help=f"(unavailable here: needs {missing})")
+
+def _missing_dependency(name: str, missing: str, detail: str) -> click.Command:
+    """A stand-in for a command that needs a package not installed here: says what is
+    missing, before any work starts."""
+
+    @click.command(name, cls=JsonErrorCommand, add_help_option=False,
+                   context_settings={"ignore_unknown_options": True},
+                   help=f"(unavailable here: needs {missing})")
     @click.argument("args", nargs=-1, type=click.UNPROCESSED)
     def unavailable(args: tuple[str, ...]) -> None:  # noqa: ARG001 (whatever was typed)
-        click.echo(f"error: `draslice {name}` needs the Python package {missing!r}, which is "
-                   f"not installed here ({err}); install draslice with its dependencies: "
-                   "pip install draslice", err=True)
-        sys.exit(2)
+        raise MissingDependency(
+            f"`draslice {name}` needs the Python package {missing!r}, which is not installed "
+            f"here ({detail}); install draslice with its dependencies: pip install draslice")
 
     return unavailable
 
@@ -54,19 +65,21 @@ class _Group(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS:
             return None
-        module, attr = COMMANDS[cmd_name]
+        module, attr, needs = COMMANDS[cmd_name]
+        for package in needs:
+            if not _installed(package):
+                return _missing_dependency(cmd_name, package, f"No module named {package!r}")
         try:
             loaded = importlib.import_module(f"draslice.cli.commands.{module}")
         except ImportError as err:
-            return _missing_dependency(cmd_name, err)
+            return _missing_dependency(cmd_name, err.name or str(err), str(err))
         return getattr(loaded, attr)
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except DrasliceError as err:
-            click.echo(f"error: {err}", err=True)
-            sys.exit(err.exit_code)
+            fail(err)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

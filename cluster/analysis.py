@@ -17,8 +17,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from kubernetes.utils import parse_quantity
-
 from draslice.cluster import allocator
 from draslice.cluster.cel import CelCompileError, compile_error_message
 from draslice.cluster.resources import Device, Inventory, served_form
@@ -114,6 +112,8 @@ def memory_gib(text: str | None) -> float | None:
     """A capacity in GiB for the table; a malformed one is the allocator's to refuse."""
     if not text:
         return None
+    from kubernetes.utils import parse_quantity  # here: the client takes a second to import
+
     try:
         return round(float(parse_quantity(text)) / 2**30, 2)
     except (ValueError, ArithmeticError):

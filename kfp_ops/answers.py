@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import json
 import re
+from typing import TYPE_CHECKING
 
-import kfp_server_api
+if TYPE_CHECKING:  # the client loads on connecting: `--help` and input checks need none of it
+    import kfp_server_api
 
 # The id every object of these kinds carries on a real server.
 ID_FIELDS = {
@@ -37,6 +39,8 @@ class NotKfpAnswer(Exception):
 
 
 def _model(type_name: str):
+    import kfp_server_api
+
     return getattr(kfp_server_api.models, type_name, None)
 
 

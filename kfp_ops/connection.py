@@ -15,15 +15,15 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
-
-import kfp
-from kfp.client.client import KF_PIPELINES_ENDPOINT_ENV
-from kfp.client.set_volume_credentials import ServiceAccountTokenVolumeCredentials
 
 from draslice.errors import InvalidParameter
 from draslice.kfp_ops import answers
 from draslice.kfp_ops.errors import api_errors, scrub
+
+if TYPE_CHECKING:  # kfp itself is imported on connecting: the CLI's --help needs none of it
+    import kfp
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,8 @@ class KfpConnection:
     ui_host: str | None = None
 
     def resolved_host(self) -> str:
+        from kfp.client.client import KF_PIPELINES_ENDPOINT_ENV
+
         host = self.host or os.environ.get(KF_PIPELINES_ENDPOINT_ENV)
         if not host:
             raise InvalidParameter(
@@ -94,19 +96,23 @@ class KfpSession:
         return f"{self.ui_host}/#/{fragment.lstrip('/')}"
 
 
-class _Client(kfp.Client):
+def _client_class() -> type[kfp.Client]:
     """``kfp.Client`` whose health check answers once instead of retrying for 25 seconds.
 
     The stock client retries ``healthz`` five times, five seconds apart, and logs a traceback
     each time; for a wrong host or a rejected token the user should hear why at once.
     """
+    import kfp
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        answers.install(self._healthz_api.api_client)  # one ApiClient behind every service
+    class _Client(kfp.Client):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            answers.install(self._healthz_api.api_client)  # one ApiClient behind every service
 
-    def get_kfp_healthz(self, sleep_duration: int = 5):
-        return self._healthz_api.healthz_service_get_healthz(_request_timeout=30)
+        def get_kfp_healthz(self, sleep_duration: int = 5):
+            return self._healthz_api.healthz_service_get_healthz(_request_timeout=30)
+
+    return _Client
 
 
 class _Scrubber(logging.Filter):
@@ -154,6 +160,8 @@ def _read_secret_file(path: str, what: str) -> str:
 
 def _credentials(conn: KfpConnection) -> tuple[dict, list[str]]:
     """The ``kfp.Client`` keyword arguments for ``conn``'s credentials, and the secrets."""
+    from kfp.client.set_volume_credentials import ServiceAccountTokenVolumeCredentials
+
     chosen = [n for n, on in (("--token-env", conn.token_env), ("--token-file", conn.token_file),
                               ("--sa-token", conn.sa_token)) if on]
     if len(chosen) > 1:
@@ -193,7 +201,7 @@ def connect(conn: KfpConnection) -> KfpSession:
         log.warning("TLS certificate verification is OFF for %s", host)
     ui_host = (conn.ui_host or host).rstrip("/")
     with api_errors(host, "connecting", secrets), quiet_client():
-        client = _Client(
+        client = _client_class()(
             host=host,
             namespace=conn.namespace or "kubeflow",
             ssl_ca_cert=conn.ca_bundle,

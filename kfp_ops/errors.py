@@ -13,9 +13,6 @@ import json
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-import kfp_server_api
-import urllib3
-
 from draslice.errors import DrasliceError
 from draslice.kfp_ops.answers import NotKfpAnswer
 
@@ -94,6 +91,9 @@ def _native_hint() -> str:
 
 def translate(err: BaseException, host: str, action: str, secrets: Iterable[str] = ()) -> KfpError:
     """The :class:`KfpError` that says what ``err`` means for ``action`` against ``host``."""
+    import kfp_server_api  # here, not at the top: `draslice upload --help` needs no client
+    import urllib3
+
     secrets = list(secrets)
     if isinstance(err, NotKfpAnswer):
         return KfpError(
@@ -156,6 +156,9 @@ def translate(err: BaseException, host: str, action: str, secrets: Iterable[str]
 @contextmanager
 def api_errors(host: str, action: str, secrets: Iterable[str] = ()) -> Iterator[None]:
     """Run a block of ``kfp.Client`` calls; re-raise their errors as :class:`KfpError`."""
+    import kfp_server_api
+    import urllib3
+
     try:
         yield
     except (kfp_server_api.ApiException, urllib3.exceptions.HTTPError, ConnectionError,

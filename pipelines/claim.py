@@ -18,13 +18,14 @@ Either way the pod claim is named after the template and ``main`` consumes it; n
 from __future__ import annotations
 
 from enum import StrEnum
-
-from kfp import kubernetes
-from kfp.dsl import PipelineTask
+from typing import TYPE_CHECKING
 
 from draslice.cluster.manifests.kueue import QUEUE_LABEL, check_queue_name
 from draslice.cluster.names import CLAIM_LABEL, validate_template_name
 from draslice.errors import InvalidParameter
+
+if TYPE_CHECKING:  # kfp is imported where a claim is bound, not for ClaimMode
+    from kfp.dsl import PipelineTask
 
 __all__ = ["CLAIM_LABEL", "NATIVE_FIELD", "QUEUE_LABEL", "ClaimMode", "bind_claim"]
 NATIVE_FIELD = "podResourceClaims"
@@ -55,6 +56,8 @@ def bind_claim(
     Call it last among a task's kfp-kubernetes settings: in native mode it writes a field the
     released kfp-kubernetes protos do not know, and they refuse to re-read it.
     """
+    from kfp import kubernetes
+
     validate_template_name(template)
     mode = ClaimMode.parse(mode)
     if kueue_queue is not None:

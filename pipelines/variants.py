@@ -6,12 +6,12 @@ file is stale.
 
 from __future__ import annotations
 
+import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-from kfp import compiler
+from types import ModuleType
 
 from draslice.cluster.names import (
     validate_dns_label,
@@ -20,26 +20,46 @@ from draslice.cluster.names import (
     validate_template_name,
 )
 from draslice.components.image import TRAINER_IMAGE
-from draslice.pipelines import canary, demo, finetune, finetune_artifact
 from draslice.pipelines.claim import ClaimMode
-from draslice.pipelines.steps import DEFAULT_MOUNT, DEFAULT_PVC
 from draslice.trainer.presets import DEMO, FINETUNE, Preset
 
+
+class _PipelineModules(Mapping[str, ModuleType]):
+    """kind -> its pipeline module, imported on first use: the catalogue below (and the
+    ``--help`` of compile, upload, submit and schedule, which list it) needs no kfp. A module
+    whose ``KIND`` differs from its key fails here, on first use."""
+
+    def __init__(self, folders: dict[str, str]) -> None:
+        self._folders = folders
+
+    def __getitem__(self, kind: str) -> ModuleType:
+        module = importlib.import_module(f"draslice.pipelines.{self._folders[kind]}.pipeline")
+        if kind != module.KIND:
+            raise RuntimeError(f"{module.__name__}.KIND is {module.KIND!r}, listed as {kind!r} "
+                               "in draslice.pipelines.variants.PIPELINES")
+        return module
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._folders)
+
+    def __len__(self) -> int:
+        return len(self._folders)
+
+
 TEMPLATES = ("mig-1g-6gb", "shared-gpu-timeslice")
-# Each pipeline's module (pipelines/<name>/pipeline.py) by its kind: the compiled file's stem.
-PIPELINES = {m.KIND: m for m in (demo.pipeline, canary.pipeline, finetune.pipeline,
-                                 finetune_artifact.pipeline)}
-VOLUME_KINDS = (finetune.pipeline.KIND, finetune_artifact.pipeline.KIND)  # mount a PVC
+# Each pipeline's module (pipelines/<folder>/pipeline.py) by its kind: the compiled file's stem.
+PIPELINES = _PipelineModules({"sft": "demo", "canary": "canary", "finetune": "finetune",
+                              "finetune-artifact": "finetune_artifact"})
+VOLUME_KINDS = ("finetune", "finetune-artifact")  # mount a PVC
 KINDS = tuple(PIPELINES)
 GPU_EXECUTORS = {
-    demo.pipeline.KIND: ("exec-smoke", "exec-finetune"),
-    canary.pipeline.KIND: ("exec-smoke",),
-    finetune.pipeline.KIND: ("exec-smoke", "exec-finetune"),
-    finetune_artifact.pipeline.KIND: ("exec-smoke", "exec-finetune"),
+    "sft": ("exec-smoke", "exec-finetune"),
+    "canary": ("exec-smoke",),
+    "finetune": ("exec-smoke", "exec-finetune"),
+    "finetune-artifact": ("exec-smoke", "exec-finetune"),
 }
 # The preset each fine-tuning pipeline's parameters come from (the canary has none).
-PRESETS: dict[str, Preset] = {demo.pipeline.KIND: DEMO, finetune.pipeline.KIND: FINETUNE,
-                              finetune_artifact.pipeline.KIND: FINETUNE}
+PRESETS: dict[str, Preset] = {"sft": DEMO, "finetune": FINETUNE, "finetune-artifact": FINETUNE}
 
 
 def preset_of(pipeline_name: str) -> Preset | None:
@@ -55,15 +75,18 @@ class Variant:
     kind: str  # one of KINDS
     template: str
     mode: ClaimMode
-    pvc_name: str = DEFAULT_PVC  # VOLUME_KINDS only: the data volume, fixed at compile time
-    mount_path: str = DEFAULT_MOUNT
+    # VOLUME_KINDS only: the data volume, fixed at compile time (None: the pipeline's default)
+    pvc_name: str | None = None
+    mount_path: str | None = None
     kueue_queue: str | None = None  # never set for the committed compiled/ files
 
     def __post_init__(self) -> None:
         """Refuse names Kubernetes would refuse only when the run starts, before any file."""
         validate_template_name(self.template)
-        validate_dns_subdomain(self.pvc_name, "pvc")
-        validate_mount_path(self.mount_path, "mount_path")
+        if self.pvc_name is not None:
+            validate_dns_subdomain(self.pvc_name, "pvc")
+        if self.mount_path is not None:
+            validate_mount_path(self.mount_path, "mount_path")
         if self.kueue_queue is not None:
             validate_dns_label(self.kueue_queue, "kueue_queue")
 
@@ -74,14 +97,15 @@ class Variant:
     def build(self) -> Callable:
         module = PIPELINES[self.kind]
         if self.kind in VOLUME_KINDS:
-            return module.build(self.template, self.mode, self.kueue_queue, self.pvc_name,
-                                self.mount_path)
+            volume = {k: v for k, v in (("pvc_name", self.pvc_name),
+                                        ("mount_path", self.mount_path)) if v is not None}
+            return module.build(self.template, self.mode, self.kueue_queue, **volume)
         return module.build(self.template, self.mode, self.kueue_queue)
 
 
 VARIANTS = (
-    *(Variant(demo.pipeline.KIND, t, m) for m in ClaimMode for t in TEMPLATES),
-    *(Variant(canary.pipeline.KIND, t, ClaimMode.POLICY) for t in TEMPLATES),
+    *(Variant("sft", t, m) for m in ClaimMode for t in TEMPLATES),
+    *(Variant("canary", t, ClaimMode.POLICY) for t in TEMPLATES),
     *(Variant(k, t, m) for k in VOLUME_KINDS for m in ClaimMode for t in TEMPLATES),
 )
 
@@ -102,6 +126,8 @@ def set_image(pipeline, image: str) -> None:
 def compile_variant(variant: Variant, out_dir: str | Path, image: str | None = None) -> Path:
     """Compile ``variant`` into ``out_dir`` (with ``image``: on that trainer image). The file
     is written under a temporary name and renamed, so a failed write leaves nothing behind."""
+    from kfp import compiler
+
     path = Path(out_dir) / variant.filename
     path.parent.mkdir(parents=True, exist_ok=True)
     pipeline = variant.build()

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass, field, replace
-
-import torch
+from typing import TYPE_CHECKING
 
 from draslice.errors import MissingDependency, SliceOutOfMemory
 from draslice.sizing.profiles import Recommendation, SliceProfile, recommend
 from draslice.trainer import budget
-from draslice.trainer.artifacts import SFTResult
 from draslice.trainer.config import SFTConfig
-from draslice.trainer.inputs import check_model_and_data
-from draslice.trainer.sft import train
+
+if TYPE_CHECKING:  # torch and the trainer load only to measure: --peak-gib is a table lookup
+    from draslice.trainer.artifacts import SFTResult
 
 MEASURE_STEPS = 3
 
@@ -59,6 +58,10 @@ class Advice:
 
 def measure(cfg: SFTConfig, steps: int = MEASURE_STEPS) -> SFTResult:
     """A short run of ``cfg`` at full sequence length; its result carries the peak."""
+    import torch
+
+    from draslice.trainer.sft import train
+
     probe = replace(cfg, steps=steps, log_every=steps, checkpoint_every=0, checkpoint_dir="",
                     merge=False, eval_fraction=0.0, pad_to_max_length=True,
                     slice_memory_gib=0.0, warmup_steps=0)
@@ -74,6 +77,8 @@ def advise(cfg: SFTConfig, candidates: list[SliceProfile],
            peak_gib: float | None = None, try_knobs: bool = True) -> Advice:
     """Measure (unless ``peak_gib`` is given), recommend, and try levers for the next size."""
     if peak_gib is None:
+        from draslice.trainer.inputs import check_model_and_data
+
         check_model_and_data(cfg)  # a bad model or data file is named as `train` names it
         result = measure(cfg, steps)
         peak, device = result.peak_mem_gib, result.device["name"]

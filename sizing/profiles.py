@@ -14,6 +14,7 @@ publishes (``SliceProfile`` with a ``free`` count) through the preflight code.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from draslice.errors import InvalidParameter
@@ -140,6 +141,14 @@ def _compute_size(profile: SliceProfile) -> int:
     return int(head) if head.isdigit() else 99
 
 
+def check_peak(peak_gib: float) -> float:
+    """A peak to size for: a finite number of GiB above zero (never NaN into the advice)."""
+    if not (math.isfinite(peak_gib) and peak_gib > 0):
+        raise InvalidParameter("peak_gib", peak_gib,
+                               "must be a finite number of GiB > 0, e.g. --peak-gib 5.1")
+    return peak_gib
+
+
 def recommend(peak_gib: float, candidates: list[SliceProfile],
               headroom: float = budget.DEFAULT_HEADROOM) -> Recommendation:
     """The smallest candidate whose budget (memory less headroom) holds ``peak_gib``.
@@ -148,8 +157,7 @@ def recommend(peak_gib: float, candidates: list[SliceProfile],
     A cluster candidate with ``free == 0`` is ranked but never chosen. ``next_smaller`` is
     the largest candidate below the chosen one: the one the knobs would have to fit.
     """
-    if peak_gib < 0:
-        raise InvalidParameter("peak_gib", peak_gib, "must be >= 0")
+    check_peak(peak_gib)
     budget.check_headroom(headroom)
     if not candidates:
         raise InvalidParameter("candidates", [], "need at least one slice profile")

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
 import click
 import pytest
 from click.testing import CliRunner
 
 from draslice.cli import main
+from draslice.cli.error_output import JsonErrorCommand
+from tests.conftest import REPO
+
+# benchmarks/startup.py lists every command and times the cases below; loaded by path, since
+# `startup` may name this checkout's folder.
+_spec = importlib.util.spec_from_file_location("startup_bench", REPO / "benchmarks" / "startup.py")
+startup_bench = sys.modules["startup_bench"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(startup_bench)
 
 
-def _commands(group: click.Group, prefix=()):
-    ctx = click.Context(group)
-    for name in group.list_commands(ctx):  # the top level loads its commands lazily
-        cmd = group.get_command(ctx, name)
-        yield (*prefix, name)
-        if isinstance(cmd, click.Group):
-            yield from _commands(cmd, (*prefix, name))
-
-
-@pytest.mark.parametrize("path", [(), *_commands(main)], ids=lambda p: " ".join(p) or "draslice")
+@pytest.mark.parametrize("path", [(), *startup_bench.command_paths()],
+                         ids=lambda p: " ".join(p) or "draslice")
 def test_every_command_explains_itself(path):
     result = CliRunner().invoke(main, [*path, "--help"])
     assert result.exit_code == 0, result.output
@@ -79,14 +85,107 @@ def test_run_names_the_pipelines_default_template():
     assert run_cmd.DEFAULT_TEMPLATE == DEFAULT_TEMPLATE
 
 
-def test_help_does_not_import_torch():
-    import subprocess
-    import sys
+# --- startup: --help and bad input load no heavy library (issue 14) ------------------------
+# The cases are benchmarks/startup.py's (every --help, one bad input per command); that script
+# times them, this test only checks what they import.
 
-    code = ("import sys; from click.testing import CliRunner; from draslice.cli import main; "
-            "CliRunner().invoke(main, ['--help']); print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+HEAVY = ("torch", "kfp", "kfp_server_api", "kubernetes", "transformers", "peft", "matplotlib",
+         "datasets")
+RECORD_IMPORTS = """
+import atexit, os, sys
+heavy = os.environ["DRASLICE_HEAVY"].split(",")
+atexit.register(lambda: open(os.environ["DRASLICE_LOADED"], "w").write(
+    ",".join(m for m in heavy if m in sys.modules)))
+from draslice.cli import main
+main(prog_name="draslice")
+"""
+
+
+@pytest.mark.parametrize("case", startup_bench.cases(), ids=lambda c: " ".join(c.args))
+def test_help_and_bad_input_load_no_heavy_library(case, tmp_path):
+    loaded = tmp_path / "loaded.txt"
+    env = {**os.environ, "DRASLICE_HEAVY": ",".join(HEAVY), "DRASLICE_LOADED": str(loaded)}
+    done = subprocess.run([sys.executable, "-c", RECORD_IMPORTS, *case.args], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == case.exit_code, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert loaded.read_text() == "", f"{case.label} imported {loaded.read_text()}"
+
+
+# --- --json: a JSON error object on stdout, whatever failed -----------------------------------
+def _json_commands() -> list[tuple[str, ...]]:
+    return [p for p in startup_bench.command_paths()
+            if any("--json" in param.opts for param in _command(p).params)]
+
+
+def _command(path: tuple[str, ...]) -> click.Command:
+    cmd = main
+    for name in path:
+        cmd = cmd.get_command(click.Context(cmd), name)
+    return cmd
+
+
+def _json_error(args: list[str]) -> tuple[dict, int]:
+    """stdout as JSON (NaN refused: it is not JSON), and the exit code."""
+    result = CliRunner().invoke(main, args)
+
+    def no_constants(name: str):
+        raise ValueError(f"{name} in the JSON output: {result.stdout!r}")
+
+    return json.loads(result.stdout, parse_constant=no_constants), result.exit_code
+
+
+def test_every_json_command_uses_the_shared_error_mechanism():
+    paths = _json_commands()
+    assert {"advise", "preflight", "smoke", "train"} <= {p[0] for p in paths}
+    for path in paths:
+        assert isinstance(_command(path), JsonErrorCommand), path
+
+
+@pytest.mark.parametrize("path", _json_commands(), ids=" ".join)
+def test_json_mode_prints_an_error_object_for_usage_errors(path):
+    out, code = _json_error([*path, "--no-such-option", "--json"])
+    assert code == 2
+    assert (out["exit_code"], out["field"]) == (2, "--no-such-option")
+    assert "No such option" in out["error"]
+
+
+@pytest.mark.parametrize("path", _json_commands(), ids=" ".join)
+def test_json_mode_prints_an_error_object_for_bad_input(path, tmp_path):
+    args = list(startup_bench.BAD_INPUT[path[0]])
+    assert "--json" in args
+    out, code = _json_error([*args, "--output-dir", str(tmp_path)] if "train" in path else args)
+    assert code == out["exit_code"] == 2
+    assert out["field"] and out["field"].replace("-", "_").strip("_") in out["error"]
+    assert not any(tmp_path.iterdir())
+
+
+def test_preflight_json_errors_keep_the_report_keys():
+    out, code = _json_error(["preflight", "--on-missing-dra", "maybe", "--json"])
+    assert code == 2
+    assert out["decision"] == "error" and out["reason"] == out["error"]
+    assert out["field"] == "--on-missing-dra"
+
+
+def test_without_json_errors_stay_off_stdout():
+    result = CliRunner().invoke(main, ["advise", "--peak-gib", "nan"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "error: invalid peak_gib=nan: must be a finite number of GiB > 0, e.g. --peak-gib 5.1"]
+
+
+@pytest.mark.parametrize("peak", ["nan", "inf", "-inf", "0", "-1"])
+def test_advise_refuses_a_peak_that_is_not_a_positive_number(peak):
+    out, code = _json_error(["advise", "--peak-gib", peak, "--json"])
+    assert code == 2
+    assert out["field"] == "peak_gib" and "finite number of GiB > 0" in out["error"]
+
+
+def test_advise_peak_is_a_table_lookup():
+    out, code = _json_error(["advise", "--peak-gib", "5.2", "--gpu", "A30-24GB", "--json"])
+    assert code == 0
+    assert out["peak_gib"] == 5.2 and out["measured"] is False
+    assert out["chosen"]["name"] == "2g.12gb"
 
 
 BLOCK_KFP = """
@@ -104,8 +203,6 @@ main()
 def test_train_runs_where_kfp_is_not_installed_and_pipeline_commands_say_why_not(tmp_path):
     """The trainer needs no kfp (a bare GPU host, a slim image): commands load on first use,
     and a pipeline command without kfp is one line naming the missing package."""
-    import subprocess
-    import sys
 
     def draslice(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-c", BLOCK_KFP, *args], capture_output=True,

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from draslice.cli.error_output import JsonErrorCommand
 from draslice.cli.knobs import knob_options
 from draslice.trainer.config import SFTConfig, VerdictConfig
 
@@ -19,7 +20,7 @@ GPU_CHOICES = ["all", "A30-24GB", "A100-40GB", "A100-80GB", "H100-80GB", "H200-1
                "B200-180GB"]
 
 
-@click.command("advise")
+@click.command("advise", cls=JsonErrorCommand)
 @knob_options(ADVISE_KNOBS)
 @click.option("--gpu", type=click.Choice(GPU_CHOICES, case_sensitive=False), default="all",
               show_default=True, help="Which GPU model's MIG profiles to choose from.")
@@ -59,10 +60,13 @@ def advise(gpu: str, snapshot_file: str | None, live: bool, kubeconfig: str | No
       draslice advise --peak-gib 5.1 --gpu A30-24GB        # no measurement
       draslice advise --peak-gib 5.1 --snapshot dump.yaml  # the slices your cluster has
     """
+    from draslice.sizing.profiles import candidates, check_peak
+
     cfg = SFTConfig.from_params(knobs)  # bad input fails here, before torch is imported
     VerdictConfig(memory_headroom=memory_headroom)
+    if peak_gib is not None:
+        check_peak(peak_gib)
     from draslice.sizing.advise import advise as run_advise
-    from draslice.sizing.profiles import candidates
 
     if snapshot_file or live:
         pool = cluster_candidates(snapshot_file or "live", kubeconfig, context)

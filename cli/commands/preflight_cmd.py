@@ -6,10 +6,19 @@ import sys
 
 import click
 
+from draslice.cli.error_output import JsonErrorCommand
 from draslice.errors import InvalidParameter
 
 
-@click.command("preflight")
+class _PreflightCommand(JsonErrorCommand):
+    """Errors in JSON mode keep the report's keys (docs/preflight.md): ``decision`` is
+    ``error`` and ``reason`` the message."""
+
+    def json_error(self, payload: dict) -> dict:
+        return {"decision": "error", **payload, "reason": payload["error"]}
+
+
+@click.command("preflight", cls=_PreflightCommand)
 @click.option("--snapshot", "snapshot_file", type=click.Path(dir_okay=False),
               help="Read a dump instead of the cluster: the output of `kubectl get deviceclasses,"
                    "resourceslices,resourceclaims,resourceclaimtemplates -A -o yaml` (add "
@@ -66,23 +75,6 @@ def preflight(snapshot_file, template_name, template_file, profile, shared, name
       kubectl get deviceclasses,resourceslices,resourceclaims,resourceclaimtemplates \\
           -A -o yaml > dump.yaml
     """
-    from draslice.errors import DrasliceError
-
-    try:
-        _preflight(snapshot_file, template_name, template_file, profile, shared, namespace,
-                   on_missing_dra, kubernetes_version, as_json, kubeconfig, context)
-    except DrasliceError as err:
-        if not as_json:
-            raise
-        import json
-
-        click.echo(json.dumps({"decision": "error", "exit_code": err.exit_code,
-                               "reason": str(err), "error": str(err)}))
-        sys.exit(err.exit_code)
-
-
-def _preflight(snapshot_file, template_name, template_file, profile, shared, namespace,
-               on_missing_dra, kubernetes_version, as_json, kubeconfig, context) -> None:
     from draslice.cluster.preflight import (
         built_template,
         cluster_preflight,
@@ -90,8 +82,6 @@ def _preflight(snapshot_file, template_name, template_file, profile, shared, nam
         template_from_cluster,
         template_from_file,
     )
-    from draslice.cluster.render import to_json, to_text
-
     if kubernetes_version is not None:
         from draslice.cluster.allocator import check_version
 
@@ -110,6 +100,8 @@ def _preflight(snapshot_file, template_name, template_file, profile, shared, nam
     snapshot = read_snapshot(snapshot_file or "live", namespace or None, kubeconfig, context)
     if template_name:
         template = template_from_cluster(snapshot, template_name, namespace or None)
+    from draslice.cluster.render import to_json, to_text
+
     report = cluster_preflight(snapshot, template, on_missing_dra, kubernetes_version)
     if template_name and report.template is None:
         report.template = template_name

@@ -44,9 +44,9 @@ def run(**opts) -> None:
       draslice run --lora-targets c_attn     # the guide's attention-only LoRA
       draslice run --snapshot dump.yaml      # preflight judges that cluster first
     """
+    params = _checked_params(opts)  # before kfp loads: bad input fails in a fraction of a second
     from draslice.pipelines.local_run import new_run_dir, run_pipeline
 
-    params = _checked_params(opts)
     run_dir = new_run_dir(opts["runs_dir"])
     click.echo(f"run folder: {run_dir}")
     start = time.perf_counter()

@@ -10,11 +10,12 @@ import json
 
 import click
 
+from draslice.cli.error_output import JsonErrorCommand
 from draslice.cli.knobs import knob_options
-from draslice.trainer.config import FINETUNE_KNOBS, SFTConfig
+from draslice.trainer.config import FINETUNE_KNOBS, SFTConfig, check_params
 
 
-@click.command("smoke")
+@click.command("smoke", cls=JsonErrorCommand)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--matmul-size", type=int, default=0, show_default=True,
               help="Square matmul size; 0 picks 8192 on a GPU, 1024 on the CPU.")
@@ -27,6 +28,8 @@ def smoke(device: str, matmul_size: int, slice_memory_gib: float, as_json: bool)
     Prints the GPU-slicing guide's smoke pod lines (nvidia-smi -L, cuda_available, device,
     slice_total_mem_GiB, matmul_on_slice). Exits 1 if the matmul is wrong.
     """
+    # The knobs' own checks, before torch loads: a bad --device answers at once.
+    check_params({"device": device, "slice_memory_gib": slice_memory_gib})
     from draslice.trainer.smoke import run_smoke
 
     result = run_smoke(device=device, matmul_size=matmul_size, slice_memory_gib=slice_memory_gib)
@@ -36,7 +39,7 @@ def smoke(device: str, matmul_size: int, slice_memory_gib: float, as_json: bool)
     raise SystemExit(0 if result.ok else 1)
 
 
-@click.command("train")
+@click.command("train", cls=JsonErrorCommand)
 @click.option("--output-dir", required=True, type=click.Path(file_okay=False),
               help="Where the adapter, metrics.jsonl, checkpoints/ and merged/ are written. "
                    "Rerunning with the same output resumes from its newest checkpoint.")
