@@ -23,8 +23,8 @@ from draslice.trainer.artifacts import ADAPTER_DIR, CHECKPOINT_DIR, RUN_FILE, lo
 from draslice.trainer.build import data
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.examples import IGNORE
-from draslice.trainer.loss import to_device
 from draslice.trainer.loglines import SFT_OK_CPU
+from draslice.trainer.loss import to_device
 from draslice.trainer.sft import train
 
 STEPS, EVERY, KILL_AFTER, BATCH = 24, 4, 10, 6
