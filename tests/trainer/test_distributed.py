@@ -47,7 +47,7 @@ def _cli(knobs: dict) -> list[str]:
 
 def _torchrun(out: Path, knobs: dict, nproc: int = 2) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-           "--master-port", "0", "-m", "draslice", "train", "--output-dir", str(out),
+           "--standalone", "-m", "draslice", "train", "--output-dir", str(out),
            *_cli(knobs)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
