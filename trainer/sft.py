@@ -5,6 +5,8 @@ about 5x faster (docs/design.md). The same loop trains the demo run (a small GPT
 a config, on learnable successor chains) and a user's model from a local directory on JSONL or
 a saved dataset. The parts live beside it: the knobs in ``config``, what is trained in
 ``build``, what is measured and how in ``measure``, what is left behind in ``artifacts``.
+Under ``torchrun`` the same loop runs in every process: ``distributed`` shares each batch
+out, all-reduces the LoRA gradients (DDP) and keeps writes and log lines to rank 0.
 
 It prints the seed's lines (see ``loglines``) and ends with ``DRA LoRA SFT on GPU slice: OK``.
 """
