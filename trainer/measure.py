@@ -133,9 +133,11 @@ class StepReader:
 class Progress:
     """The run's record as steps finish: losses, one JSON line per step, the log lines."""
 
-    def __init__(self, path: Path, start_step: int, losses: list[float], log_every: int,
+    def __init__(self, path: Path | None, start_step: int, losses: list[float], log_every: int,
                  last_step: int, device: torch.device, log, learning_rate: float) -> None:
-        outputs.keep_metrics_until(path, start_step)
+        """``path`` None: a process that records but writes nothing (not rank 0)."""
+        if path is not None:
+            outputs.keep_metrics_until(path, start_step)
         self.path = path
         self.first, self.last, self.every = start_step + 1, last_step, log_every
         self.losses, self.device, self.log, self.learning_rate = losses, device, log, learning_rate
@@ -168,8 +170,9 @@ class Progress:
         }
         if eval_loss is not None:
             record["eval_loss"] = self.eval_loss = eval_loss
-        with self.path.open("a") as metrics:  # on disk as each step ends: a kill keeps it
-            metrics.write(json.dumps(record) + "\n")
+        if self.path is not None:
+            with self.path.open("a") as metrics:  # on disk as each step ends: a kill keeps it
+                metrics.write(json.dumps(record) + "\n")
         if self.logged(f.step):
             self.log(loglines.step_loss(f.step, f.loss, f.tokens_per_s))
             if eval_loss is not None:

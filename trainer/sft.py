@@ -5,6 +5,8 @@ about 5x faster (docs/design.md). The same loop trains the demo run (a small GPT
 a config, on learnable successor chains) and a user's model from a local directory on JSONL or
 a saved dataset. The parts live beside it: the knobs in ``config``, what is trained in
 ``build``, what is measured and how in ``measure``, what is left behind in ``artifacts``.
+Under ``torchrun`` the same loop runs in every process: ``distributed`` shares each batch
+out, all-reduces the LoRA gradients (DDP) and keeps writes and log lines to rank 0.
 
 It prints the seed's lines (see ``loglines``) and ends with ``DRA LoRA SFT on GPU slice: OK``.
 """
@@ -16,11 +18,20 @@ from pathlib import Path
 
 import torch
 
-from draslice.trainer import artifacts, budget, build, checkpoint, inputs, loglines, outputs
+from draslice.trainer import (
+    artifacts,
+    budget,
+    build,
+    checkpoint,
+    distributed,
+    inputs,
+    loglines,
+    outputs,
+)
 from draslice.trainer import device as dev
 from draslice.trainer.artifacts import SFTResult, loss_drop
 from draslice.trainer.config import SFTConfig
-from draslice.trainer.loss import causal_lm_loss, to_device
+from draslice.trainer.loss import to_device
 from draslice.trainer.measure import Progress, StepReader, evaluate
 
 
@@ -32,9 +43,18 @@ def train(cfg: SFTConfig, output_dir: str | Path, metrics_path: str | Path,
     Rerunning with the same arguments after a kill resumes from the newest checkpoint.
     """
     cfg.check()
-    inputs.check_before_work(cfg, output_dir)  # a bad file or folder costs a second, not a load
-    output_dir, metrics_path = Path(output_dir), Path(metrics_path)
-    device = dev.resolve_device(cfg.device)
+    with distributed.start(cfg.device) as ranks:  # torchrun's processes; alone: a no-op
+        return _train(cfg, Path(output_dir), Path(metrics_path), ranks,
+                      distributed.quiet(log, ranks))
+
+
+def _train(cfg: SFTConfig, output_dir: Path, metrics_path: Path, ranks: distributed.Ranks,
+           log: Callable[[str], None]) -> SFTResult:
+    ranks.check(cfg.batch_size)
+    with ranks.main_first() as main:  # it withdraws the previous record: one process does it
+        if main:
+            inputs.check_before_work(cfg, output_dir)  # a bad file costs a second, not a load
+    device = dev.resolve_device(ranks.device(cfg.device))
     precision = dev.resolve_precision(cfg.precision, device)
     info = dev.describe(device, dev.apply_slice_cap(device, cfg.slice_memory_gib))
     log(loglines.slice_device(info.name, info.total_mem_gib))
@@ -45,9 +65,15 @@ def train(cfg: SFTConfig, output_dir: str | Path, metrics_path: str | Path,
         run = build.assemble(cfg, device, precision, log)
         cfg = run.cfg  # with lora_targets resolved
         ckpt_root = Path(cfg.checkpoint_dir or output_dir / artifacts.CHECKPOINT_DIR)
+        with ranks.main_first() as main:  # what a killed run left is tidied once, then read
+            if main:
+                checkpoint.clean_partial(ckpt_root)
+                checkpoint.latest_whole(ckpt_root, log)
         start_step, losses = build.resume(run, ckpt_root, log)
-        progress = Progress(metrics_path, start_step, losses, cfg.log_every, cfg.steps,
-                            device, log, cfg.learning_rate)
+        progress = Progress(metrics_path if ranks.is_main else None, start_step, losses,
+                            cfg.log_every, cfg.steps, device, log, cfg.learning_rate)
+        ranks.index(run.train_rows)
+        step_loss = ranks.wrap(run.model, device)  # DDP when spread: LoRA grads all-reduced
         reader = StepReader(device)
         pad_to = cfg.max_length if cfg.pad_to_max_length and not cfg.synthetic else 0
         run.model.train()
@@ -55,9 +81,10 @@ def train(cfg: SFTConfig, output_dir: str | Path, metrics_path: str | Path,
             reader.begin()
             if run.plan.mark_steps:  # this step's outputs may overwrite the last graph's buffers
                 torch.compiler.cudagraph_mark_step_begin()
-            batch = to_device(run.train_rows.collate(run.batches.next(), pad_to=pad_to), device)
+            rows = run.batches.next()  # the global batch: the same draw in every process
+            batch = to_device(run.train_rows.collate(ranks.shard(rows), pad_to=pad_to), device)
             with run.autocast:
-                loss = causal_lm_loss(run.model, batch)
+                loss = step_loss(batch, ranks.share(batch, rows))
             loss.backward()
             run.optimizer.step()
             run.scheduler.step()
@@ -65,7 +92,8 @@ def train(cfg: SFTConfig, output_dir: str | Path, metrics_path: str | Path,
             # The one sync point of a step: on a GPU, push() waits for the *previous* step to
             # end and reads its loss while this one runs (the labelled positions were chosen
             # on the host in to_device, so nothing else in a step waits for the GPU).
-            done = reader.push(step, loss, batch.tokens, run.scheduler.get_last_lr()[0])
+            done = reader.push(step, ranks.mean(loss), ranks.tokens(batch, rows),
+                               run.scheduler.get_last_lr()[0])
             saving = cfg.checkpoint_every and (step % cfg.checkpoint_every == 0
                                                or step == cfg.steps)
             evaluating = run.eval_rows is not None and progress.logged(step)
@@ -78,11 +106,13 @@ def train(cfg: SFTConfig, output_dir: str | Path, metrics_path: str | Path,
             for figures in done:
                 progress.add(figures, eval_loss if figures.step == step else None)
             if saving:
-                checkpoint.save(ckpt_root, step, run.model, run.state(losses))
+                with ranks.main_first() as main:  # all resume from the same whole one
+                    if main:
+                        checkpoint.save(ckpt_root, step, run.model, run.state(losses))
         if run.eval_rows is not None and progress.eval_loss is None:  # resumed at the end
             progress.eval_loss = evaluate(run.model, run.eval_rows, cfg.batch_size, device,
                                           run.autocast)
-        peak_gib = loglines.gib(dev.peak_memory_bytes(device))
+        peak_gib = loglines.gib(ranks.max(dev.peak_memory_bytes(device), device))
         initial, final, drop = loss_drop(losses)
         result = SFTResult(
             device=info.to_dict(), precision=precision, trainable_params=run.trainable_params,
@@ -95,8 +125,10 @@ def train(cfg: SFTConfig, output_dir: str | Path, metrics_path: str | Path,
             resumed_from_step=start_step, train_examples=len(run.train_rows),
             eval_examples=len(run.eval_rows) if run.eval_rows is not None else 0,
         )
-        artifacts.save_outputs(run.model, cfg, run.train_rows, run.tokenizer, result,
-                               output_dir, device, log)
+        with ranks.main_first() as main:
+            if main:
+                artifacts.save_outputs(run.model, cfg, run.train_rows, run.tokenizer, result,
+                                       output_dir, device, log)
     log(loglines.slice_peak(peak_gib))
     log(loglines.sft_ok(device.type == "cuda"))
     return result

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from draslice.trainer import sft
+from draslice.trainer import distributed, sft
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.measure import StepReader
 
@@ -60,13 +60,13 @@ def test_a_lagged_reader_returns_the_previous_step_and_flush_the_rest():
 def test_recorded_tokens_per_s_are_the_measured_step_times(tmp_path, monkeypatch):
     """A run whose every step takes at least 0.1 s: no step, the last included, may claim
     more than its tokens over 0.1 s, and the run's figure is the steps' own total."""
-    real_loss = sft.causal_lm_loss
+    real_loss = distributed.causal_lm_loss  # what each step calls, alone or under DDP
 
     def slow_loss(model, batch):
         time.sleep(0.1)
         return real_loss(model, batch)
 
-    monkeypatch.setattr(sft, "causal_lm_loss", slow_loss)
+    monkeypatch.setattr(distributed, "causal_lm_loss", slow_loss)
     cfg = SFTConfig.from_params({"steps": 4, "log_every": 2, "device": "cpu", "n_layer": 1,
                                  "n_embd": 64, "n_head": 2, "seq_len": 16})
     result = sft.train(cfg, tmp_path / "out", tmp_path / "m.jsonl", log=lambda _line: None)

@@ -1,0 +1,207 @@
+"""The SFT loop under torchrun: two processes on gloo train the adapter one process trains.
+
+The slow tests start ``python -m torch.distributed.run --nproc-per-node 2 -m draslice train``
+as a user would; the fast ones check the sharing arithmetic on one process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from draslice.errors import InvalidParameter
+from draslice.trainer import checkpoint, distributed
+from draslice.trainer.artifacts import ADAPTER_DIR, CHECKPOINT_DIR, RUN_FILE, loss_drop
+from draslice.trainer.build import data
+from draslice.trainer.config import SFTConfig
+from draslice.trainer.examples import IGNORE
+from draslice.trainer.loglines import SFT_OK_CPU
+from draslice.trainer.loss import to_device
+from draslice.trainer.sft import train
+
+STEPS, EVERY, KILL_AFTER, BATCH = 24, 4, 10, 6
+TOLERANCE = 1e-5  # the two all-reduced halves sum in another order than one process's batch
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _knobs(model: Path, data_file: Path, steps: int = STEPS) -> dict:
+    # Prompt-completion rows: each process's share holds a different number of labelled
+    # tokens, so an unweighted mean of the two losses would train another adapter.
+    return dict(model_dir=str(model), data=str(data_file), steps=steps, batch_size=BATCH,
+                max_length=48, eval_fraction=0.1, checkpoint_every=EVERY, log_every=5,
+                device="cpu")
+
+
+def _cli(knobs: dict) -> list[str]:
+    return [a for k, v in knobs.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def _torchrun(out: Path, knobs: dict, nproc: int = 2) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+           "--standalone", "-m", "draslice", "train", "--output-dir", str(out),
+           *_cli(knobs)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+
+
+def _adapter(out: Path) -> dict:
+    return load_file(out / ADAPTER_DIR / "adapter_model.safetensors")
+
+
+def _worst(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+@pytest.fixture(scope="module")
+def one_process(tiny_gpt2, demo_data, tmp_path_factory):
+    """The single-process run both slow tests compare with: (output folder, result)."""
+    out = tmp_path_factory.mktemp("one-process")
+    knobs = _knobs(tiny_gpt2, demo_data["prompt-completion"])
+    result = train(SFTConfig(**knobs), out, out / "metrics.jsonl", log=lambda _l: None)
+    return out, result
+
+
+# -- the sharing arithmetic, on one process ----------------------------------------------------
+
+def test_alone_every_hook_is_the_identity(monkeypatch):
+    import torch
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    with distributed.start("cpu") as ranks:
+        assert (ranks.rank, ranks.world, ranks.is_main, ranks.spread) == (0, 1, True, False)
+        rows = torch.tensor([3, 1, 2])
+        assert ranks.shard(rows) is rows
+        assert ranks.device("auto") == "auto"
+
+
+def test_shares_weight_each_process_to_the_global_token_mean(tiny_gpt2, demo_data):
+    """Two processes' shares of a batch: together their rows are the batch, and the mean
+    over processes of (share x own mean token loss) is the batch's mean token loss, though
+    each holds a different number of labelled tokens."""
+    import torch
+
+    from draslice.trainer.model import load_tokenizer
+
+    cfg = SFTConfig(**_knobs(tiny_gpt2, demo_data["prompt-completion"]))
+    rows, _ = data(cfg, load_tokenizer(cfg.model_dir))
+    batch_rows = torch.tensor([0, 5, 9, 2, 7])  # odd: the processes get 3 rows and 2
+    token_loss = torch.rand(len(rows), 64, generator=torch.Generator().manual_seed(0))
+
+    def labelled_losses(indices) -> torch.Tensor:
+        """A stand-in loss for each labelled position of these rows."""
+        return torch.cat([token_loss[int(i), [p for p, t in enumerate(rows.labels[int(i)][1:])
+                                              if t != IGNORE]] for i in indices])
+
+    expected = float(labelled_losses(batch_rows).mean())
+    mean_of_parts, seen = 0.0, []
+    for rank in range(2):
+        ranks = distributed.Ranks(rank=rank, world=2)
+        ranks.index(rows)
+        mine = ranks.shard(batch_rows)
+        seen += [int(i) for i in mine]
+        local = to_device(rows.collate(mine), torch.device("cpu"))
+        assert local.count == len(labelled_losses(mine))
+        assert ranks.tokens(local, batch_rows) == sum(len(rows.input_ids[int(i)])
+                                                      for i in batch_rows)
+        mean_of_parts += ranks.share(local, batch_rows) * float(labelled_losses(mine).mean()) / 2
+    assert sorted(seen) == sorted(int(i) for i in batch_rows)
+    unweighted = (float(labelled_losses(batch_rows[0::2]).mean())
+                  + float(labelled_losses(batch_rows[1::2]).mean())) / 2
+    assert unweighted != pytest.approx(expected, rel=1e-4)  # the weighting is needed here
+    assert mean_of_parts == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_global_batch_smaller_than_the_processes_is_refused():
+    with pytest.raises(InvalidParameter, match=r"batch_size.*at least the 4 processes") as err:
+        distributed.Ranks(rank=0, world=4).check(3)
+    assert err.value.exit_code == 2
+
+
+# -- two processes on gloo ---------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_two_processes_train_the_adapter_one_process_trains(
+        one_process, tiny_gpt2, demo_data, tmp_path):
+    alone_dir, alone = one_process
+    out = tmp_path / "two"
+    proc = _torchrun(out, _knobs(tiny_gpt2, demo_data["prompt-completion"]))
+    log, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, log[-3000:]
+    assert _worst(_adapter(out), _adapter(alone_dir)) <= TOLERANCE
+    # Rank 0 alone logs and writes: one copy of each line, one metrics line per step.
+    assert log.count(SFT_OK_CPU) == 1 and log.count("[slice] device=") == 1
+    steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == list(range(1, STEPS + 1))
+    result = json.loads((out / RUN_FILE).read_text())["result"]
+    # The figures are the job's: the global batch's mean loss and all its tokens.
+    assert result["train_tokens"] == alone.train_tokens
+    assert result["final_loss"] == pytest.approx(alone.final_loss, abs=TOLERANCE)
+    assert result["eval_loss"] == pytest.approx(alone.eval_loss, abs=TOLERANCE)
+    assert loss_drop([s["loss"] for s in steps])[0] == pytest.approx(alone.initial_loss,
+                                                                     abs=TOLERANCE)
+
+
+def _worker(torchrun_pid: int, rank: int) -> int | None:
+    """The pid of torchrun's worker of ``rank`` (read from its environment), once started."""
+    children = Path(f"/proc/{torchrun_pid}/task/{torchrun_pid}/children")
+    for pid in children.read_text().split() if children.exists() else []:
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in env:
+            return int(pid)
+    return None
+
+
+@pytest.mark.slow
+def test_a_killed_rank_stops_the_job_and_a_rerun_resumes_on_another_world_size(
+        one_process, tiny_gpt2, demo_data, tmp_path):
+    alone_dir, alone = one_process
+    out = tmp_path / "killed"
+    knobs = _knobs(tiny_gpt2, demo_data["prompt-completion"])
+    proc = _torchrun(out, knobs)
+    metrics, killed = out / "metrics.jsonl", None
+    deadline = time.monotonic() + 300
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            recorded = len(metrics.read_text().splitlines()) if metrics.exists() else 0
+            if recorded >= KILL_AFTER and checkpoint.latest(out / CHECKPOINT_DIR):
+                killed = _worker(proc.pid, 1)
+                if killed:
+                    os.kill(killed, signal.SIGKILL)  # a lost pod: no handler, no clean-up
+                    break
+            time.sleep(0.005)
+        log, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert killed, "the job ended before a rank could be killed"
+    assert proc.returncode != 0, "torchrun went on after a rank was killed"
+    recorded = len(metrics.read_text().splitlines())
+    assert recorded < STEPS and not (out / RUN_FILE).exists()
+    last = checkpoint.latest(out / CHECKPOINT_DIR)
+    at = int(last.name.removeprefix(checkpoint.PREFIX))
+
+    # The rerun: one process, from the two processes' last whole checkpoint.
+    lines: list[str] = []
+    resumed = train(SFTConfig(**knobs), out, metrics, log=lines.append)
+    assert f"[checkpoint] resumed at step {at} from {last}" in lines
+    assert resumed.resumed_from_step == at > 0
+    assert _worst(_adapter(out), _adapter(alone_dir)) <= TOLERANCE
+    assert resumed.final_loss == pytest.approx(alone.final_loss, abs=TOLERANCE)
+    steps = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]
+    assert steps == list(range(1, STEPS + 1))
