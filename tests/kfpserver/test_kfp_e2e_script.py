@@ -76,6 +76,12 @@ def e2e(tmp_path, fake_kfp):
                STUB_DRIVERS="gpu.nvidia.com\\ngpu.nvidia.com\\n",
                KFP_HOST=fake_kfp.url, TIMEOUT="60", POLL="0.05",
                HOME=str(tmp_path))
+    # A fresh HOME must not mean a cold Go build of preflight's allocator (minutes): keep the
+    # real caches, which are keyed by content.
+    real_home = Path.home()
+    env.setdefault("XDG_CACHE_HOME", str(real_home / ".cache"))
+    env.setdefault("GOPATH", str(real_home / "go"))
+    env.setdefault("GOCACHE", str(real_home / ".cache" / "go-build"))
 
     def run(**extra):
         proc = subprocess.run(["bash", str(SCRIPT)], cwd=REPO, env={**env, **extra},
