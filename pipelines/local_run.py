@@ -106,6 +106,8 @@ def run_pipeline(
                 succeeded = False
     summary = _newest(run_dir, "validate", "summary")
     report = _newest(run_dir, "validate", "report")
+    if ("validate", "SUCCESS") not in {(name, status) for name, status, _ in output.finished}:
+        report = None  # kfp.local creates the file before the task runs: it may be empty
     if report is not None:  # the same file, under a name a browser opens as HTML
         shutil.copyfile(report, run_dir / "report.html")
         report = run_dir / "report.html"
