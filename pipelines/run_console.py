@@ -13,6 +13,7 @@ parsed from that task's traceback (the exception class names the exit code, see
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import re
 import sys
@@ -76,7 +77,7 @@ def failure_of(task: str, lines: list[str]) -> TaskFailure:
     return TaskFailure(task, last.strip() or "a traceback without an exception line", 1)
 
 
-class RunOutput:
+class RunOutput(io.TextIOBase):
     """A ``sys.stdout`` stand-in: all of it to ``log``, the short story to ``console``.
 
     ``total_steps`` sizes the fine-tune's progress bar; the bar is drawn only on a terminal
@@ -85,6 +86,7 @@ class RunOutput:
 
     def __init__(self, log: TextIO, console: TextIO, run_dir: Path, total_steps: int,
                  verbose: bool = False, bar: bool | None = None) -> None:
+        super().__init__()
         self.log, self.console, self.run_dir = log, console, run_dir
         self.total_steps, self.verbose = total_steps, verbose
         self.bar = (console.isatty() if bar is None else bar) and not verbose
@@ -114,6 +116,13 @@ class RunOutput:
 
     def isatty(self) -> bool:
         return False
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:
+        return "utf-8"
 
     # -- what the console shows ------------------------------------------------------------
     def say(self, line: str) -> None:
