@@ -66,7 +66,7 @@ def memory_figure(peak_gib: float, slice_gib: float, budget_gib: float, label: s
     ax.axvline(budget_gib, color="black", linestyle="--", label=f"budget {budget_gib:.2f} GiB")
     ax.set_yticks([])
     ax.set_xlabel("GiB")
-    ax.set_title("Peak memory against the slice")
+    ax.set_title(f"Peak memory against the {label}")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3, fontsize=8, frameon=False)
     return _png(fig)
 
