@@ -48,3 +48,16 @@ def test_a_diverging_run_names_the_task_its_reason_and_exits_4(tmp_path):
     assert last.startswith("task finetune FAILED (exit 4): loss became nan at step"), last
     assert "Traceback" not in result.output
     assert "verdict: none" not in result.output
+
+
+def test_a_slice_too_small_names_the_task_and_exits_3(tmp_path):
+    """On a GPU host only (a CPU cannot be capped: that is refused before any task, exit 2)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device to cap")
+    result = CliRunner().invoke(main, ["run", "--slice-memory-gib", "0.001", "--runs-dir",
+                                       str(tmp_path)])
+    assert result.exit_code == 3, result.output
+    last = result.output.splitlines()[-1]
+    assert last.startswith("task smoke FAILED (exit 3): out of memory inside the slice"), last
