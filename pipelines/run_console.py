@@ -143,7 +143,7 @@ class RunOutput(io.TextIOBase):
         elif match := _FINISHED.search(line):
             self._end(match.group(1), match.group(2))
         elif (match := _SKIPPED.search(line)) and " - INFO - " in line:
-            self.say(loglines.task_skipped(match.group(1), match.group(2).rstrip(".")))
+            self.say(loglines.task_skipped(match.group(1), match.group(2).rstrip(".").strip("()")))
         elif self._current is not None:
             text = line[4:] if line.startswith("    ") else line  # kfp indents task output
             self._current.lines.append(text)

@@ -71,6 +71,12 @@ def test_the_console_gets_task_lines_the_grepped_lines_and_the_failure():
     assert failure.reason.startswith("out of memory inside the slice: the slice has 0.00 GiB")
 
 
+def test_a_skipped_task_is_one_line():
+    _out, _log, console = _run("14:00:00.001 - INFO - Skipping conditional task smoke "
+                               "(condition evaluated to False)\n", bar=False)
+    assert console == "[task] smoke: skipped (condition evaluated to False)\n"
+
+
 def test_verbose_streams_everything_and_adds_nothing():
     _out, log, console = _run(KFP_STREAM, verbose=True)
     assert console == log
