@@ -3,21 +3,35 @@
 Each task runs in a subprocess of the current interpreter (``SubprocessRunner(use_venv=False)``:
 nothing is installed), and every artifact lands under one run folder. kfp-kubernetes settings,
 the claim among them, are ignored locally: the tasks use this machine's CPU or GPU.
+
+The run folder holds, besides kfp.local's task folders, ``kfp-local.log`` (everything kfp.local
+and the tasks printed; ``run_console.py`` decides what the console shows) and ``report.html``
+(validate's report). kfp.local writes each task's program into a ``mktemp -d`` folder it
+never removes: the tasks get a ``TMPDIR`` of their own, removed when the run ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import getpass
 import json
-from dataclasses import dataclass
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from kfp import local
 
-from draslice.pipelines import kfp_local_fixes
+from draslice.pipelines import kfp_local_fixes, run_console
 from draslice.pipelines.claim import ClaimMode
 from draslice.pipelines.demo import pipeline as demo
 from draslice.pipelines.steps import DEFAULT_TEMPLATE
+from draslice.trainer.presets import DEMO
 
 
 @dataclass
@@ -28,6 +42,17 @@ class LocalRun:
     summary_path: Path | None
     report_path: Path | None
     preflight: dict | None = None  # {"decision": ..., "reason": ...} of the preflight task
+    failures: list[run_console.TaskFailure] = field(default_factory=list)
+    log_path: Path | None = None
+    verdict_text: str | None = None  # validate's verdict line and one reason per check
+
+    @property
+    def exit_code(self) -> int:
+        """0 on success; a failed task's documented code (errors.py); 1 for a FAIL verdict
+        or a failure without one."""
+        if self.succeeded:
+            return 0
+        return self.failures[0].exit_code if self.failures else 1
 
 
 def new_run_dir(base: str | Path = "runs") -> Path:
@@ -51,30 +76,75 @@ def run_pipeline(
     params: dict,
     template: str = DEFAULT_TEMPLATE,
     mode: str | ClaimMode = ClaimMode.POLICY,
+    verbose: bool = False,
+    console: TextIO | None = None,
+    bar: bool | None = None,
 ) -> LocalRun:
-    """Run the demo pipeline locally with ``params``; a failed task is reported, not raised."""
+    """Run the demo pipeline locally with ``params``; a failed task is reported, not raised.
+
+    ``console`` (stdout by default) gets the short story, or with ``verbose`` kfp.local's
+    whole stream; ``bar`` forces the fine-tune's progress bar on or off (default: on a
+    terminal).
+    """
     kfp_local_fixes.install()
-    local.init(
-        runner=local.SubprocessRunner(use_venv=False),
-        pipeline_root=str(run_dir),
-        raise_on_error=True,
-    )
-    pipeline = demo.build(template, mode)
-    try:
-        pipeline(**params)
-        succeeded = True
-    except RuntimeError:  # kfp.local: "Pipeline ... finished with status FAILURE"
-        succeeded = False
+    log_path = run_dir / run_console.LOG_FILE
+    steps = int(params.get("steps", DEMO.default("steps")))
+    with log_path.open("w") as log, _own_tmpdir(run_dir):
+        output = run_console.RunOutput(log, console or sys.stdout, run_dir, steps,
+                                       verbose=verbose, bar=bar)
+        with run_console.captured(output):
+            local.init(
+                runner=local.SubprocessRunner(use_venv=False),
+                pipeline_root=str(run_dir),
+                raise_on_error=True,
+            )
+            pipeline = demo.build(template, mode)
+            try:
+                pipeline(**params)
+                succeeded = True
+            except RuntimeError:  # kfp.local: "Pipeline ... finished with status FAILURE"
+                succeeded = False
     summary = _newest(run_dir, "validate", "summary")
     report = _newest(run_dir, "validate", "report")
+    if ("validate", "SUCCESS") not in {(name, status) for name, status, _ in output.finished}:
+        report = None  # kfp.local creates the file before the task runs: it may be empty
+    if report is not None:  # the same file, under a name a browser opens as HTML
+        shutil.copyfile(report, run_dir / "report.html")
+        report = run_dir / "report.html"
     verdict = summary.read_text() if summary else None
-    return LocalRun(run_dir, succeeded, verdict, summary, report, _preflight_outputs(run_dir))
+    return LocalRun(run_dir, succeeded, verdict, summary, report,
+                    _task_outputs(run_dir, "preflight", ("decision", "reason")),
+                    failures=output.failures, log_path=log_path,
+                    verdict_text=(_task_outputs(run_dir, "validate", ("verdict",)) or {}
+                                  ).get("verdict"))
 
 
-def _preflight_outputs(run_dir: Path) -> dict | None:
-    """The preflight task's ``decision`` and ``reason``, as kfp.local recorded them."""
-    path = _newest(run_dir, "preflight", "executor_output.json")
+@contextlib.contextmanager
+def _own_tmpdir(run_dir: Path) -> Iterator[None]:
+    """Give the tasks a ``TMPDIR`` of their own (kfp.local leaves each task's
+    ``ephemeral_component.py`` folder behind) and remove it afterwards. torch's compile cache
+    defaults to a folder under ``TMPDIR``: it is pinned to where it would have been, so runs
+    still share it."""
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=run_dir))
+    saved = {k: os.environ.get(k) for k in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR")}
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
+                          os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"))
+    os.environ["TMPDIR"] = str(tmp)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _task_outputs(run_dir: Path, task: str, names: tuple[str, ...]) -> dict | None:
+    """A task's output parameters ``names``, as kfp.local recorded them."""
+    path = _newest(run_dir, task, "executor_output.json")
     if path is None:
         return None
     params = json.loads(path.read_text()).get("parameterValues", {})
-    return {k: params[k] for k in ("decision", "reason") if k in params}
+    return {k: params[k] for k in names if k in params}

@@ -59,9 +59,10 @@ def on_the_slice(train: PipelineTask, name: str, template: str, mode: ClaimMode,
 
 def verdict(train: PipelineTask, template: str, mode: ClaimMode, memory_headroom: float,
             min_loss_drop: float, base_model=None, pvc_name: str | None = None,
-            mount_path: str = DEFAULT_MOUNT) -> PipelineTask:
+            mount_path: str = DEFAULT_MOUNT, smoke: PipelineTask | None = None) -> PipelineTask:
     """validate the fine-tune's outputs, then the gate that fails the run on a FAIL. With
-    ``pvc_name`` validate mounts the volume too: it reloads the base from there."""
+    ``pvc_name`` validate mounts the volume too: it reloads the base from there. ``smoke``'s
+    TFLOP/s go into the report."""
     check = validate(
         adapter=train.outputs["adapter"],
         train_log=train.outputs["train_log"],
@@ -73,6 +74,7 @@ def verdict(train: PipelineTask, template: str, mode: ClaimMode, memory_headroom
         memory_headroom=memory_headroom,
         min_loss_drop=min_loss_drop,
         **({"base_model": base_model} if base_model is not None else {}),
+        **({"smoke_tflops": smoke.outputs["tflops"]} if smoke is not None else {}),
     )
     if pvc_name is not None:
         kubernetes.mount_pvc(check, pvc_name=pvc_name, mount_path=mount_path)

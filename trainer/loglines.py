@@ -69,6 +69,37 @@ def sft_ok(on_cuda: bool) -> str:
     return SFT_OK_GPU if on_cuda else SFT_OK_CPU
 
 
+def task_started(name: str) -> str:
+    """``draslice run``: a pipeline task starts."""
+    return f"[task] {name}: started"
+
+
+def task_finished(name: str, status: str, seconds: float) -> str:
+    """``draslice run``: a pipeline task ends; ``status`` as kfp names it (SUCCESS, FAILURE)."""
+    return f"[task] {name}: {status} in {seconds:.1f} s"
+
+
+def task_skipped(name: str, why: str) -> str:
+    return f"[task] {name}: skipped ({why})"
+
+
+# The lines a task prints that ``draslice run`` shows (all of them go to its log file): the
+# seed's lines users grep, the fine-tune's progress and its outcome.
+GREPPABLE_PREFIXES = ("cuda_available:", "device:", "slice_total_mem_GiB:", "matmul ",
+                      MATMUL_OK, MATMUL_FAIL, "[slice] ", "trainable params:", "[checkpoint] ",
+                      "[export] ", SFT_OK_GPU, SFT_OK_CPU)
+PROGRESS_PREFIXES = ("{'loss': ", "{'eval_loss': ")
+
+
+def is_progress(line: str) -> bool:
+    """A step line (:func:`step_loss`, :func:`eval_loss`)."""
+    return line.startswith(PROGRESS_PREFIXES)
+
+
+def is_greppable(line: str) -> bool:
+    return line.startswith(GREPPABLE_PREFIXES) or is_progress(line)
+
+
 def verdict(passed: bool, reasons: list[str]) -> str:
     head = "verdict: PASS" if passed else "verdict: FAIL"
     return "\n".join([head, *(f"  - {r}" for r in reasons)])

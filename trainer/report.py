@@ -1,8 +1,10 @@
 """What the KFP UI shows for a run: an HTML report and a Markdown summary.
 
-The HTML embeds two matplotlib figures as PNG data URIs (the KFP UI renders HTML artifacts in
-a sandboxed iframe, so nothing may be fetched from elsewhere): the loss curve, and the peak
-memory against the slice's memory and budget.
+The HTML embeds matplotlib figures as PNG data URIs (the KFP UI renders HTML artifacts in
+a sandboxed iframe, so nothing may be fetched from elsewhere; the same file opens from disk as
+``report.html`` of a ``draslice run``): the training and eval loss over steps, tokens/s over
+steps, and the peak memory against the slice's memory and budget; then the smoke's TFLOP/s,
+the device and the claim. One builder for both the KFP UI and the local run.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display in a task pod
 import matplotlib.pyplot as plt  # noqa: E402
 
-from draslice.trainer.validate import Verdict  # noqa: E402
+from draslice.trainer.validate import Verdict, memory_compared  # noqa: E402
 
 
 def _png(fig) -> str:
@@ -26,12 +28,32 @@ def _png(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def loss_figure(losses: list[float]) -> str:
+def loss_figure(records: list[dict]) -> str:
+    """Training loss per step, and the eval loss at the steps that measured it."""
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    ax.plot(range(1, len(losses) + 1), losses, marker="o", markersize=3)
+    ax.plot([r["step"] for r in records], [r["loss"] for r in records], marker="o",
+            markersize=3, label="training loss")
+    evals = [r for r in records if r.get("eval_loss") is not None]
+    if evals:
+        ax.plot([r["step"] for r in evals], [r["eval_loss"] for r in evals], marker="s",
+                markersize=4, label="eval loss")
     ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
+    ax.set_ylabel("loss")
     ax.set_title("Loss")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def throughput_figure(records: list[dict]) -> str:
+    """Tokens/s per step, each step's tokens over its own measured seconds."""
+    fig, ax = plt.subplots(figsize=(6, 2.6))
+    ax.plot([r["step"] for r in records], [r["tokens_per_s"] for r in records], marker="o",
+            markersize=3, color="#2ca02c")
+    ax.set_xlabel("step")
+    ax.set_ylabel("tokens/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Throughput")
     ax.grid(alpha=0.3)
     return _png(fig)
 
@@ -44,7 +66,7 @@ def memory_figure(peak_gib: float, slice_gib: float, budget_gib: float, label: s
     ax.axvline(budget_gib, color="black", linestyle="--", label=f"budget {budget_gib:.2f} GiB")
     ax.set_yticks([])
     ax.set_xlabel("GiB")
-    ax.set_title("Peak memory against the slice")
+    ax.set_title(f"Peak memory against the {label}")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3, fontsize=8, frameon=False)
     return _png(fig)
 
@@ -57,15 +79,10 @@ def _table(rows: dict) -> str:
     return f"<table>{cells}</table>"
 
 
-def memory_label(device: dict) -> str:
-    if device.get("device") == "cpu":
-        return "host memory"
-    if device.get("slice_cap_gib"):
-        return "emulated slice"
-    return "MIG slice" if device.get("is_mig") else "device"
-
-
-def render_html(verdict: Verdict, losses: list[float], device: dict, claim: dict) -> str:
+def render_html(verdict: Verdict, records: list[dict], device: dict, claim: dict,
+                smoke: dict | None = None) -> str:
+    """The report: ``records`` are the fine-tune's per-step metrics, ``smoke`` the smoke
+    task's figures (``tflops``) when it ran, ``claim`` the template and mode."""
     f = verdict.figures
     status = "PASS" if verdict.passed else "FAIL"
     status_class = "ok" if verdict.passed else "bad"
@@ -74,8 +91,14 @@ def render_html(verdict: Verdict, losses: list[float], device: dict, claim: dict
         f"{html.escape(c.detail)}</li>"
         for c in verdict.checks
     )
+    label, _ = memory_compared(device, claim.get("template", ""))
     mem = memory_figure(f["peak_mem_gib"], f["slice_total_mem_gib"], f["memory_budget_gib"],
-                        memory_label(device))
+                        label)
+    throughput = (f'<img alt="tokens per second over steps" src="{throughput_figure(records)}">'
+                  if all("tokens_per_s" in r for r in records) else
+                  "<p>not recorded by this fine-tune</p>")
+    smoke_rows = ({"matmul TFLOP/s": f"{smoke['tflops']:.2f}"} if smoke and smoke.get("tflops")
+                  else {"matmul TFLOP/s": "not measured (the smoke task did not report it)"})
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>draslice run report</title>
 <style>
@@ -87,11 +110,13 @@ th {{ text-align: left; background: #f6f8fa; }}
 <h1>draslice: LoRA SFT on a GPU slice —
 <span class="{status_class}">{status}</span></h1>
 <ul>{checks}</ul>
-<h2>Loss</h2><img alt="loss curve" src="{loss_figure(losses)}">
+<h2>Loss</h2><img alt="training and eval loss over steps" src="{loss_figure(records)}">
+<h2>Tokens/s</h2>{throughput}
 <h2>Memory</h2><img alt="peak memory against slice memory" src="{mem}">
+<h2>Smoke</h2>{_table(smoke_rows)}
+<h2>Claim</h2>{_table(claim)}
 <h2>Device</h2>{_table({k: v for k, v in device.items() if k != "nvidia_smi"})}
 <pre>{html.escape(device.get("nvidia_smi") or "nvidia-smi: not present")}</pre>
-<h2>Claim</h2>{_table(claim)}
 </body></html>
 """
 
@@ -106,7 +131,8 @@ def render_markdown(verdict: Verdict, device: dict, claim: dict) -> str:
         "| fact | value |",
         "| --- | --- |",
         f"| device | {device.get('name')} |",
-        f"| {memory_label(device)} | {f['slice_total_mem_gib']:.2f} GiB |",
+        f"| {memory_compared(device, claim.get('template', ''))[0]} | "
+        f"{f['slice_total_mem_gib']:.2f} GiB |",
         f"| peak memory | {f['peak_mem_gib']:.2f} GiB |",
         f"| loss | {f['initial_loss']:.3f} → {f['final_loss']:.3f} ({f['loss_drop']:.1%}) |",
         *(f"| {k} | {v} |" for k, v in claim.items()),

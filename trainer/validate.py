@@ -56,34 +56,67 @@ class Verdict:
                 "figures": self.figures}
 
 
-def read_losses(metrics_path: str | Path) -> list[float]:
-    """Losses from the SFT's JSON-lines metrics; a malformed line is named by number."""
+def read_records(metrics_path: str | Path) -> list[dict]:
+    """The SFT's per-step JSON-lines metrics; a line without a numeric loss is named by
+    number."""
     path = Path(metrics_path)
     if not path.is_file():
         raise DrasliceError(f"{path}: metrics file not found (the SFT step writes it)")
-    losses = []
+    records = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            losses.append(float(json.loads(line)["loss"]))
+            record = json.loads(line)
+            record["loss"] = float(record["loss"])
         except (ValueError, KeyError, TypeError) as err:
             raise DrasliceError(
                 f"{path}:{number}: expected a JSON object with a numeric 'loss' ({err})"
             ) from err
-    if not losses:
+        records.append(record)
+    if not records:
         raise DrasliceError(f"{path}: no training steps recorded")
-    return losses
+    return records
 
 
-def check_memory(peak_gib: float, slice_gib: float, headroom: float) -> Check:
+def read_losses(metrics_path: str | Path) -> list[float]:
+    """Losses from the SFT's JSON-lines metrics."""
+    return [r["loss"] for r in read_records(metrics_path)]
+
+
+def memory_compared(device: dict | None, template: str = "") -> tuple[str, str]:
+    """What the peak memory was compared with, and what was not applied, said plainly.
+
+    ``device`` is the fine-tune's ``DeviceInfo.to_dict()``. On the CPU the peak is the
+    process's resident memory against the host's RAM: no slice exists there, and no cap can
+    be set (``device.check_slice_cap`` refuses one), so the template's size is not applied.
+    On a whole GPU without ``slice_memory_gib`` nothing was emulated either.
+    """
+    named = f"the {template} template" if template else "the claim template"
+    if not device:
+        return "slice", ""
+    if device.get("device") == "cpu":
+        return "host RAM", f"no GPU here, so {named}'s memory was not applied"
+    if device.get("slice_cap_gib"):
+        return ("emulated slice", f"a CUDA memory cap on {device.get('name')} "
+                                  f"({device.get('physical_mem_gib')} GiB)")
+    if device.get("is_mig"):
+        return "MIG slice", ""
+    return (f"whole GPU ({device.get('name')})",
+            f"no cap: {named}'s memory was not emulated (set slice_memory_gib)")
+
+
+def check_memory(peak_gib: float, slice_gib: float, headroom: float,
+                 compared: tuple[str, str] = ("slice", "")) -> Check:
+    label, note = compared
     limit = budget.budget_gib(slice_gib, headroom)
     ok = budget.fits(peak_gib, slice_gib, headroom)
     return Check(
         "memory",
         ok,
         f"peak {peak_gib:.2f} GiB {'<=' if ok else '>'} {limit:.2f} GiB "
-        f"(slice {slice_gib:.2f} GiB less {headroom:.0%} headroom)",
+        f"({label} {slice_gib:.2f} GiB less {headroom:.0%} headroom"
+        f"{'; ' + note if note else ''})",
     )
 
 
@@ -177,11 +210,16 @@ def validate(
     memory_headroom: float = KNOBS["memory_headroom"].default,
     min_loss_drop: float = KNOBS["min_loss_drop"].default,
     base_model_dir: str | Path | None = None,
+    device: dict | None = None,
+    template: str = "",
 ) -> Verdict:
+    """``device`` (the fine-tune's device facts) and ``template`` say what the peak memory
+    was compared with (:func:`memory_compared`)."""
     VerdictConfig(memory_headroom=memory_headroom, min_loss_drop=min_loss_drop)
     if slice_total_mem_gib <= 0:
         raise InvalidParameter("slice_total_mem_gib", slice_total_mem_gib, "must be > 0")
-    memory = check_memory(peak_mem_gib, slice_total_mem_gib, memory_headroom)
+    memory = check_memory(peak_mem_gib, slice_total_mem_gib, memory_headroom,
+                          memory_compared(device, template))
     learning, learn_figures = check_learning(read_losses(metrics_path), min_loss_drop)
     adapter, adapter_figures = check_adapter(model_dir, base_model_dir)
     checks = [memory, learning, adapter]

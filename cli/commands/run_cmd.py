@@ -30,12 +30,17 @@ DEFAULT_TEMPLATE = "mig-1g-6gb"
               help="With --snapshot: a cluster without DRA skips the GPU steps or fails the run.")
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
               help="Each run gets a timestamped folder here with every artifact.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Stream kfp.local's whole output (it always goes to kfp-local.log in the "
+                   "run folder).")
 def run(**opts) -> None:
     """Run preflight -> smoke -> LoRA SFT -> validate locally with kfp.local.
 
     Every task runs in a subprocess of this Python (nothing is installed); the claim settings
-    are ignored, so the tasks use this machine's CPU or GPU. Prints the run folder and the
-    verdict; exits 0 on PASS, 1 on FAIL, 2 on bad input.
+    are ignored, so the tasks use this machine's CPU or GPU. Prints a line as each task starts
+    and ends, the lines of the seed guide, the fine-tune's progress, then the verdict, the
+    report (report.html) and the run folder. Exits 0 on PASS, 1 on FAIL, and when a task
+    fails with its documented code: 2 bad input, 3 out of memory in the slice, 4 NaN loss.
 
     \b
     Examples:
@@ -50,20 +55,28 @@ def run(**opts) -> None:
     run_dir = new_run_dir(opts["runs_dir"])
     click.echo(f"run folder: {run_dir}")
     start = time.perf_counter()
-    result = run_pipeline(run_dir, params, template=opts["template"])
-    seconds = time.perf_counter() - start
+    result = run_pipeline(run_dir, params, template=opts["template"], verbose=opts["verbose"])
+    _summarize(result, time.perf_counter() - start)
+    sys.exit(result.exit_code)
+
+
+def _summarize(result, seconds: float) -> None:
+    """The run's last lines: what it concluded, where to look, and, on a failure, which task
+    failed and why (the exit code follows from it)."""
     click.echo("")
-    click.echo(f"run folder: {run_dir}")
-    if result.report_path:
-        click.echo(f"report:     {result.report_path}")
     pre = result.preflight or {}
     if pre.get("decision") == "skip":
         click.echo(f"preflight: skipped the GPU steps — {pre.get('reason', '')}")
         click.echo("verdict: none (no GPU step ran)")
-    else:
-        click.echo(result.verdict or "verdict: none (the pipeline stopped before validate)")
+    elif result.verdict_text:
+        click.echo(result.verdict_text)
+    if result.report_path:
+        click.echo(f"report:     {result.report_path.as_uri()}")
+    click.echo(f"log:        {result.log_path}")
+    click.echo(f"run folder: {result.run_dir}")
     click.echo(f"pipeline {'succeeded' if result.succeeded else 'FAILED'} in {seconds:.1f} s")
-    sys.exit(0 if result.succeeded else 1)
+    for failure in result.failures:
+        click.echo(f"task {failure.task} FAILED (exit {failure.exit_code}): {failure.reason}")
 
 
 def _checked_params(opts: dict) -> dict:

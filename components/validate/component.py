@@ -18,7 +18,9 @@ NOT_KNOBS = {
     "claim_template": "ResourceClaimTemplate the GPU steps claimed.",
     "claim_mode": "How the claim reached the pods (``policy`` or ``native``).",
     "metrics": "Scalars for the KFP UI.",
-    "report": "HTML report: loss curve, memory against the slice, device and claim.",
+    "report": "HTML report: loss and eval loss, tokens/s over steps, memory against the "
+              "slice, the smoke's TFLOP/s, device and claim.",
+    "smoke_tflops": "The smoke task's matmul TFLOP/s, for the report (0: not measured).",
     "summary": "Markdown summary with the verdict and its reasons.",
     "base_model": "The base model artifact the adapter was trained on, when it came as one "
                   "(its local path differs from pod to pod); otherwise the base is reloaded "
@@ -40,6 +42,7 @@ def validate(
     memory_headroom: float = 0.1,
     min_loss_drop: float = 0.3,
     base_model: Input[Model] = None,
+    smoke_tflops: float = 0.0,
 ) -> NamedTuple("ValidateOutputs", verdict=str, passed=bool):
     """Checks memory, learning and the adapter; writes the report. Never fails the step on
     a FAIL verdict (the report must still reach the UI): the pipeline's gate does that.
@@ -55,9 +58,10 @@ def validate(
     from collections import namedtuple
 
     from draslice.trainer import report as rep
-    from draslice.trainer.validate import read_losses
+    from draslice.trainer.validate import read_records
     from draslice.trainer.validate import validate as run_validate
 
+    device = json.loads(device_json)
     verdict = run_validate(
         model_dir=adapter.path,
         metrics_path=train_log.path,
@@ -66,11 +70,13 @@ def validate(
         memory_headroom=memory_headroom,
         min_loss_drop=min_loss_drop,
         base_model_dir=base_model.path if base_model is not None else None,
+        device=device,
+        template=claim_template,
     )
-    device = json.loads(device_json)
     claim = {"template": claim_template, "mode": claim_mode}
     with open(report.path, "w") as f:
-        f.write(rep.render_html(verdict, read_losses(train_log.path), device, claim))
+        f.write(rep.render_html(verdict, read_records(train_log.path), device, claim,
+                                smoke={"tflops": smoke_tflops}))
     with open(summary.path, "w") as f:
         f.write(rep.render_markdown(verdict, device, claim))
     for name, value in verdict.figures.items():

@@ -77,6 +77,6 @@ def build(template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.PO
                 seed=seed,
             ).after(smoke_task)
             on_the_slice(train, "LoRA SFT", template, mode, kueue_queue)
-            verdict(train, template, mode, memory_headroom, min_loss_drop)
+            verdict(train, template, mode, memory_headroom, min_loss_drop, smoke=smoke_task)
 
     return demo

@@ -117,6 +117,6 @@ def build(template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.PO
             ).after(smoke_task)
             on_the_slice(train, "fine-tune", template, mode, kueue_queue, pvc_name, mount_path)
             verdict(train, template, mode, memory_headroom, min_loss_drop, base.output,
-                    pvc_name=pvc_name, mount_path=mount_path)
+                    pvc_name=pvc_name, mount_path=mount_path, smoke=smoke_task)
 
     return finetune_artifact

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from draslice.errors import DrasliceError, InvalidParameter
 from draslice.trainer import outputs, report
 from draslice.trainer.artifacts import ADAPTER_DIR
-from draslice.trainer.validate import read_losses, validate
+from draslice.trainer.validate import read_losses, read_records, validate
 
 
 def _validate(trained, **kw):
@@ -111,17 +111,28 @@ def test_bad_thresholds_are_refused(trained, kw, name):
     assert err.value.name == name
 
 
-def test_html_report_has_both_pictures_and_the_facts(trained):
-    verdict = _validate(trained)
+def test_html_report_has_every_picture_and_the_facts(trained):
     device = trained["result"].device
-    html = report.render_html(verdict, read_losses(trained["metrics"]), device,
-                              {"template": "mig-1g-6gb", "mode": "policy"})
+    verdict = _validate(trained, device=device, template="mig-1g-6gb")
+    html = report.render_html(verdict, read_records(trained["metrics"]), device,
+                              {"template": "mig-1g-6gb", "mode": "policy"},
+                              smoke={"tflops": 1.234})
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
-    assert len(images) == 2
+    assert len(images) == 3  # loss and eval loss, tokens/s, memory
     for data in images:
         assert base64.b64decode(data).startswith(b"\x89PNG")
     assert "PASS" in html and "mig-1g-6gb" in html and "cpu (no CUDA device)" in html
+    assert "1.23" in html  # the smoke's TFLOP/s
     assert "<script" not in html  # the KFP UI sandboxes HTML; nothing to run or fetch
+
+
+def test_on_the_cpu_the_memory_check_says_what_it_compared(trained):
+    """Host RAM, not a slice: the template's size was not applied, and the check says so."""
+    verdict = _validate(trained, slice_total_mem_gib=23.54, device=trained["result"].device,
+                        template="mig-1g-6gb")
+    detail = verdict.checks[0].detail
+    assert "host RAM 23.54 GiB" in detail
+    assert "no GPU here, so the mig-1g-6gb template's memory was not applied" in detail
 
 
 def test_markdown_summary_states_the_verdict_and_reasons(trained):
