@@ -160,7 +160,25 @@ def read_records(path: str | Path, fmt: str = "auto") -> tuple[str, list[tuple[s
             )
         if fmt == "chat":
             check_messages(record["messages"], where)
+        else:
+            check_prompt_completion(record, where)
     return fmt, records
+
+
+def _kind(value) -> str:
+    """A JSON value's type in JSON's words, for an error line."""
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def check_prompt_completion(record: dict, where: str) -> None:
+    """Both columns are strings and the completion is not empty (the loss is put on it)."""
+    for key in PROMPT_COMPLETION:
+        if not isinstance(record[key], str):
+            raise DatasetError(f"{where}: '{key}' is {_kind(record[key])}; it must be a string")
+    if not record["completion"]:
+        raise DatasetError(f"{where}: 'completion' is empty: there is nothing to learn")
 
 
 def check_messages(messages, where: str) -> None:
@@ -170,14 +188,20 @@ def check_messages(messages, where: str) -> None:
     starting with ``user``, with at least one ``assistant`` turn. Many templates raise on
     anything else, and the rest render it silently into a prompt the model never sees in use.
     """
-    if not isinstance(messages, list) or not messages or not all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-        for m in messages
-    ):
-        raise DatasetError(
-            f"{where}: 'messages' must be a list of {{'role': str, 'content': str}} objects, "
-            "not empty"
-        )
+    shape = "a list of {'role': str, 'content': str} objects"
+    if not isinstance(messages, list) or not messages:
+        got = "an empty list" if isinstance(messages, list) else _kind(messages)
+        raise DatasetError(f"{where}: 'messages' must be {shape}, not {got}")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise DatasetError(f"{where}: messages[{i}] is {_kind(message)}; 'messages' must be "
+                               f"{shape}")
+        for key in ("role", "content"):
+            if not isinstance(message.get(key), str):
+                got = "missing" if key not in message else _kind(message[key])
+                valid = f"one of {', '.join(ROLES)}" if key == "role" else "a string"
+                raise DatasetError(f"{where}: messages[{i}] '{key}' is {got}; it must be "
+                                   f"{valid}")
     expected = "user"
     for i, message in enumerate(messages):
         role = message["role"]
@@ -221,11 +245,8 @@ def _dataset_dir_records(path: Path) -> list[tuple[str, dict]]:
 
 def tokenize_prompt_completion(tokenizer, record: dict, where: str) -> tuple[list[int], list[int]]:
     """Prompt tokens (labels ignored) then completion tokens and EOS (labels kept)."""
+    check_prompt_completion(record, where)
     prompt, completion = record["prompt"], record["completion"]
-    if not isinstance(prompt, str) or not isinstance(completion, str):
-        raise DatasetError(f"{where}: 'prompt' and 'completion' must be strings")
-    if not completion:
-        raise DatasetError(f"{where}: 'completion' is empty: there is nothing to learn")
     p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     c = tokenizer(completion, add_special_tokens=False)["input_ids"]
     if tokenizer.eos_token_id is not None:
