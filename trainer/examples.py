@@ -362,10 +362,26 @@ def split(rows: TokenRows, eval_fraction: float, seed: int) -> tuple[TokenRows, 
         return rows, None
     order = list(range(len(rows)))
     random.Random(seed).shuffle(order)
-    n_eval = max(1, round(eval_fraction * len(rows)))
-    if n_eval >= len(rows):
+    n_eval = len(rows) - train_count(len(rows), eval_fraction)
+    return rows.subset(sorted(order[n_eval:])), rows.subset(sorted(order[:n_eval]))
+
+
+def train_count(examples: int, eval_fraction: float) -> int:
+    """How many of ``examples`` :func:`split` keeps for training (at least one is held out
+    for eval when ``eval_fraction`` > 0); none left is refused."""
+    if eval_fraction == 0:
+        return examples
+    n_eval = max(1, round(eval_fraction * examples))
+    if n_eval >= examples:
         raise InvalidParameter(
             "eval_fraction", eval_fraction,
-            f"leaves no training example out of {len(rows)}; lower it or add data",
+            f"leaves no training example out of {examples}; lower it or add data",
         )
-    return rows.subset(sorted(order[n_eval:])), rows.subset(sorted(order[:n_eval]))
+    return examples - n_eval
+
+
+def check_batch_size(batch_size: int, train_examples: int) -> None:
+    """A batch is drawn from the training examples without repeats within it."""
+    if batch_size > train_examples:
+        raise InvalidParameter("batch_size", batch_size,
+                               f"must be at most the {train_examples} training examples")
