@@ -467,6 +467,22 @@ def test_a_mixed_output_set_is_a_fail_not_a_traceback(finished, tmp_path):
     assert not check.passed and "is not a whole run record" in check.detail
 
 
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("steps", -3, "invalid steps=-3: must be >= 1"),
+    ("no_such_knob", 1, "no_such_knob"),
+])
+def test_a_record_whose_config_this_draslice_cannot_read_is_a_fail(finished, tmp_path, key,
+                                                                   value, words):
+    """A record edited by hand, or written by another draslice version: FAIL naming it."""
+    out = _copy(finished, tmp_path)
+    record = json.loads((out / RUN_FILE).read_text())
+    record["config"][key] = value
+    (out / RUN_FILE).write_text(json.dumps(record))
+    check, _ = check_adapter(out)
+    assert not check.passed
+    assert "its config is not one this draslice reads" in check.detail and words in check.detail
+
+
 def test_a_whole_set_passes_the_record_check(finished):
     record, problem = outputs.read_record(finished)
     assert problem is None
