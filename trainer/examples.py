@@ -229,16 +229,17 @@ def _dataset_dir_records(path: Path) -> list[tuple[str, dict]]:
         raise DatasetError(f"{path}: reading a saved dataset needs `pip install datasets`") from err
     try:
         loaded = datasets.load_from_disk(str(path))
-    except (FileNotFoundError, ValueError) as err:
+        if isinstance(loaded, datasets.DatasetDict):
+            if "train" not in loaded:
+                raise DatasetError(f"{path}: a DatasetDict needs a 'train' split; it has "
+                                   f"{sorted(loaded)}")
+            loaded = loaded["train"]
+        return [(f"{path}[row {i}]", dict(row)) for i, row in enumerate(loaded)]
+    except (OSError, ValueError) as err:  # pyarrow: ArrowInvalid, or OSError on a cut file
         raise DatasetError(
-            f"{path}: not a directory written by datasets' save_to_disk ({err})"
-        ) from err
-    if isinstance(loaded, datasets.DatasetDict):
-        if "train" not in loaded:
-            raise DatasetError(f"{path}: a DatasetDict needs a 'train' split; it has "
-                               f"{sorted(loaded)}")
-        loaded = loaded["train"]
-    return [(f"{path}[row {i}]", dict(row)) for i, row in enumerate(loaded)]
+            f"{path}: not a directory written by datasets' save_to_disk, or one of its files "
+            f"is damaged ({str(err).splitlines()[0][:160]}); save the dataset again"
+        ) from None
 
 
 # -- tokenizing -------------------------------------------------------------------------------

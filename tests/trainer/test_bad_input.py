@@ -111,6 +111,17 @@ def test_chat_with_unknown_role_or_out_of_order_names_the_line(tiny_llama, tmp_p
     assert not (tmp_path / "out").exists()
 
 
+def test_a_saved_dataset_with_a_damaged_file_is_named(tiny_gpt2, demo_data, tmp_path):
+    data = tmp_path / "saved"
+    shutil.copytree(demo_data["datasets"], data)
+    arrow = next(data.glob("*.arrow"))
+    arrow.write_bytes(b"\xff" * 200)  # pyarrow raises OSError on it, not a ValueError
+    _one_error_line(_cli(tmp_path / "out", tiny_gpt2, data), f"{data}: not a directory written "
+                    "by datasets' save_to_disk, or one of its files is damaged",
+                    "save the dataset again")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.fixture
 def no_model_load(monkeypatch):
     """The model's weights must not be read: a refusal that came after them would cost a user
