@@ -18,11 +18,17 @@ from pathlib import Path
 
 import torch
 
-from draslice.errors import InvalidParameter
 from draslice.trainer import checkpoint, loglines, speed
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.data import BatchSampler, successor_chains
-from draslice.trainer.examples import TokenRows, from_tensor, load_examples, pack, split
+from draslice.trainer.examples import (
+    TokenRows,
+    check_batch_size,
+    from_tensor,
+    load_examples,
+    pack,
+    split,
+)
 from draslice.trainer.model import (
     build_base,
     check_vocab_fits,
@@ -134,9 +140,7 @@ def data(cfg: SFTConfig, tokenizer) -> tuple[TokenRows, TokenRows | None]:
         if cfg.pack:
             rows = pack(rows, cfg.max_length)
     train_rows, eval_rows = split(rows, cfg.eval_fraction, cfg.seed)
-    if cfg.batch_size > len(train_rows):
-        raise InvalidParameter("batch_size", cfg.batch_size,
-                               f"must be at most the {len(train_rows)} training examples")
+    check_batch_size(cfg.batch_size, len(train_rows))
     return train_rows, eval_rows
 
 

@@ -160,7 +160,25 @@ def read_records(path: str | Path, fmt: str = "auto") -> tuple[str, list[tuple[s
             )
         if fmt == "chat":
             check_messages(record["messages"], where)
+        else:
+            check_prompt_completion(record, where)
     return fmt, records
+
+
+def _kind(value) -> str:
+    """A JSON value's type in JSON's words, for an error line."""
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def check_prompt_completion(record: dict, where: str) -> None:
+    """Both columns are strings and the completion is not empty (the loss is put on it)."""
+    for key in PROMPT_COMPLETION:
+        if not isinstance(record[key], str):
+            raise DatasetError(f"{where}: '{key}' is {_kind(record[key])}; it must be a string")
+    if not record["completion"]:
+        raise DatasetError(f"{where}: 'completion' is empty: there is nothing to learn")
 
 
 def check_messages(messages, where: str) -> None:
@@ -170,14 +188,20 @@ def check_messages(messages, where: str) -> None:
     starting with ``user``, with at least one ``assistant`` turn. Many templates raise on
     anything else, and the rest render it silently into a prompt the model never sees in use.
     """
-    if not isinstance(messages, list) or not messages or not all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-        for m in messages
-    ):
-        raise DatasetError(
-            f"{where}: 'messages' must be a list of {{'role': str, 'content': str}} objects, "
-            "not empty"
-        )
+    shape = "a list of {'role': str, 'content': str} objects"
+    if not isinstance(messages, list) or not messages:
+        got = "an empty list" if isinstance(messages, list) else _kind(messages)
+        raise DatasetError(f"{where}: 'messages' must be {shape}, not {got}")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise DatasetError(f"{where}: messages[{i}] is {_kind(message)}; 'messages' must be "
+                               f"{shape}")
+        for key in ("role", "content"):
+            if not isinstance(message.get(key), str):
+                got = "missing" if key not in message else _kind(message[key])
+                valid = f"one of {', '.join(ROLES)}" if key == "role" else "a string"
+                raise DatasetError(f"{where}: messages[{i}] '{key}' is {got}; it must be "
+                                   f"{valid}")
     expected = "user"
     for i, message in enumerate(messages):
         role = message["role"]
@@ -205,27 +229,25 @@ def _dataset_dir_records(path: Path) -> list[tuple[str, dict]]:
         raise DatasetError(f"{path}: reading a saved dataset needs `pip install datasets`") from err
     try:
         loaded = datasets.load_from_disk(str(path))
-    except (FileNotFoundError, ValueError) as err:
+        if isinstance(loaded, datasets.DatasetDict):
+            if "train" not in loaded:
+                raise DatasetError(f"{path}: a DatasetDict needs a 'train' split; it has "
+                                   f"{sorted(loaded)}")
+            loaded = loaded["train"]
+        return [(f"{path}[row {i}]", dict(row)) for i, row in enumerate(loaded)]
+    except (OSError, ValueError) as err:  # pyarrow: ArrowInvalid, or OSError on a cut file
         raise DatasetError(
-            f"{path}: not a directory written by datasets' save_to_disk ({err})"
-        ) from err
-    if isinstance(loaded, datasets.DatasetDict):
-        if "train" not in loaded:
-            raise DatasetError(f"{path}: a DatasetDict needs a 'train' split; it has "
-                               f"{sorted(loaded)}")
-        loaded = loaded["train"]
-    return [(f"{path}[row {i}]", dict(row)) for i, row in enumerate(loaded)]
+            f"{path}: not a directory written by datasets' save_to_disk, or one of its files "
+            f"is damaged ({str(err).splitlines()[0][:160]}); save the dataset again"
+        ) from None
 
 
 # -- tokenizing -------------------------------------------------------------------------------
 
 def tokenize_prompt_completion(tokenizer, record: dict, where: str) -> tuple[list[int], list[int]]:
     """Prompt tokens (labels ignored) then completion tokens and EOS (labels kept)."""
+    check_prompt_completion(record, where)
     prompt, completion = record["prompt"], record["completion"]
-    if not isinstance(prompt, str) or not isinstance(completion, str):
-        raise DatasetError(f"{where}: 'prompt' and 'completion' must be strings")
-    if not completion:
-        raise DatasetError(f"{where}: 'completion' is empty: there is nothing to learn")
     p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     c = tokenizer(completion, add_special_tokens=False)["input_ids"]
     if tokenizer.eos_token_id is not None:
@@ -341,10 +363,26 @@ def split(rows: TokenRows, eval_fraction: float, seed: int) -> tuple[TokenRows, 
         return rows, None
     order = list(range(len(rows)))
     random.Random(seed).shuffle(order)
-    n_eval = max(1, round(eval_fraction * len(rows)))
-    if n_eval >= len(rows):
+    n_eval = len(rows) - train_count(len(rows), eval_fraction)
+    return rows.subset(sorted(order[n_eval:])), rows.subset(sorted(order[:n_eval]))
+
+
+def train_count(examples: int, eval_fraction: float) -> int:
+    """How many of ``examples`` :func:`split` keeps for training (at least one is held out
+    for eval when ``eval_fraction`` > 0); none left is refused."""
+    if eval_fraction == 0:
+        return examples
+    n_eval = max(1, round(eval_fraction * examples))
+    if n_eval >= examples:
         raise InvalidParameter(
             "eval_fraction", eval_fraction,
-            f"leaves no training example out of {len(rows)}; lower it or add data",
+            f"leaves no training example out of {examples}; lower it or add data",
         )
-    return rows.subset(sorted(order[n_eval:])), rows.subset(sorted(order[:n_eval]))
+    return examples - n_eval
+
+
+def check_batch_size(batch_size: int, train_examples: int) -> None:
+    """A batch is drawn from the training examples without repeats within it."""
+    if batch_size > train_examples:
+        raise InvalidParameter("batch_size", batch_size,
+                               f"must be at most the {train_examples} training examples")

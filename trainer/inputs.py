@@ -20,7 +20,12 @@ from functools import lru_cache
 from pathlib import Path
 
 from draslice.trainer import checkpoint, model, outputs
-from draslice.trainer.examples import read_records
+from draslice.trainer.examples import (
+    check_batch_size,
+    check_tokenizer,
+    read_records,
+    train_count,
+)
 
 CHUNK = 1 << 20
 
@@ -41,9 +46,10 @@ def check_before_work(cfg, output_dir: str | Path) -> None:
         if cfg.lora_targets.strip() == model.AUTO_TARGETS:  # as the checkpoint recorded it
             config["lora_targets"] = model.auto_targets_of(cfg.model_dir) or cfg.lora_targets
         checkpoint.check_resumable(root, config)
-    except BaseException:
-        outputs.remove_created(created)  # a refused run leaves no trace, not even a folder
-        raise
+    finally:
+        # A refused run leaves no trace, not even a folder; nor does a run that fails later,
+        # before its first write (a model that does not load): each writer makes its folder.
+        outputs.remove_created(created)
     outputs.uncommit(out)
 
 
@@ -56,7 +62,12 @@ def check_model_and_data(cfg) -> None:
     model.check_tokenizer_files(cfg.model_dir)
     model.check_weights(cfg.model_dir)
     model.check_max_length(cfg.model_dir, cfg.max_length)
-    read_records(cfg.data, cfg.data_format)
+    fmt, records = read_records(cfg.data, cfg.data_format)
+    if not cfg.pack:  # each record is at most one row (packing makes rows of the tokens)
+        check_batch_size(cfg.batch_size, train_count(len(records), cfg.eval_fraction))
+    # The tokenizer (seconds at most, unlike the weights): one that cannot be loaded, or chat
+    # data for a tokenizer without a chat template, is found before the folder is touched.
+    check_tokenizer(model.load_tokenizer(cfg.model_dir), fmt, str(cfg.data))
 
 
 def fingerprint(config: dict) -> dict[str, str]:

@@ -30,6 +30,10 @@ LLAMA_ATTENTION_AND_MLP = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_pr
 # A tokenizer's vocabulary lives in one of these (fast, SentencePiece, BPE, WordPiece, tiktoken).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt",
                    "spiece.model", "sentencepiece.bpe.model", "tokenizer.tiktoken")
+# The tokenizer's JSON files: one cut short or not JSON fails only when transformers loads it,
+# after the output folder was prepared; parsing them first names the file before any work.
+TOKENIZER_JSON = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                  "vocab.json")
 TORCH_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 # Where configs state how many positions the model has (GPT-2: n_positions; most: the first).
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length",
@@ -182,6 +186,17 @@ def check_tokenizer_files(model_dir: str | Path) -> Path:
     path = check_model_dir(model_dir)
     if not any((path / name).is_file() for name in TOKENIZER_FILES):
         raise _no_tokenizer(path)
+    for name in TOKENIZER_JSON:
+        file = path / name
+        if not file.is_file():
+            continue
+        try:
+            json.loads(file.read_bytes())
+        except ValueError as err:  # UnicodeDecodeError is one
+            raise ModelLoadError(
+                f"{file}: not valid JSON ({str(err).splitlines()[0][:120]}); copy the "
+                "tokenizer files again from the model's source"
+            ) from None
     return path
 
 

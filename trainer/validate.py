@@ -141,7 +141,7 @@ def check_adapter(model_dir: str | Path,
         return Check("adapter", False, problem), {}
     try:
         cfg = SFTConfig.from_dict(record["config"])
-    except TypeError as err:
+    except (TypeError, ValueError) as err:  # a key unknown here, or a value out of range
         return Check("adapter", False, f"{model_dir / RUN_FILE}: its config is not one this "
                                        f"draslice reads ({err})"), {}
     if base_model_dir is not None:

@@ -111,6 +111,59 @@ def test_chat_with_unknown_role_or_out_of_order_names_the_line(tiny_llama, tmp_p
     assert not (tmp_path / "out").exists()
 
 
+def test_a_saved_dataset_with_a_damaged_file_is_named(tiny_gpt2, demo_data, tmp_path):
+    data = tmp_path / "saved"
+    shutil.copytree(demo_data["datasets"], data)
+    arrow = next(data.glob("*.arrow"))
+    arrow.write_bytes(b"\xff" * 200)  # pyarrow raises OSError on it, not a ValueError
+    _one_error_line(_cli(tmp_path / "out", tiny_gpt2, data), f"{data}: not a directory written "
+                    "by datasets' save_to_disk, or one of its files is damaged",
+                    "save the dataset again")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """The model's weights must not be read: a refusal that came after them would cost a user
+    the load (minutes for a 7B base). A call fails the command with exit 1, not 2."""
+    from draslice.trainer import build
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the model was loaded before the input was refused")
+
+    monkeypatch.setattr(build, "load_pretrained", refuse)
+
+
+@pytest.mark.parametrize(("record", "words"), [
+    ({"messages": [{"role": "user", "content": None}, {"role": "assistant", "content": "yo"}]},
+     ["messages[0] 'content' is null", "must be a string"]),
+    ({"messages": [{"content": "hi"}, {"role": "assistant", "content": "yo"}]},
+     ["messages[0] 'role' is missing", "one of system, user, assistant"]),
+    ({"messages": [{"role": "user", "content": "hi"}, "yo"]},
+     ["messages[1] is a string", "{'role': str, 'content': str}"]),
+    ({"messages": []}, ["'messages' must be a list", "not an empty list"]),
+    ({"prompt": "a", "completion": 5}, ["'completion' is a number", "must be a string"]),
+    ({"prompt": None, "completion": "b"}, ["'prompt' is null"]),
+], ids=["content-null", "role-missing", "message-not-object", "no-messages", "completion-number",
+        "prompt-null"])
+def test_a_malformed_record_names_the_line_and_field_before_the_model_loads(
+        tiny_llama, tmp_path, no_model_load, record, words):
+    data = tmp_path / "d.jsonl"
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    good = {"messages": turns} if "messages" in record else {"prompt": "a", "completion": "b"}
+    data.write_text(json.dumps(good) + "\n" + json.dumps(record) + "\n")
+    _one_error_line(_cli(tmp_path / "out", tiny_llama, data), "d.jsonl:2:", *words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_batch_larger_than_the_training_records_is_refused_before_the_model_loads(
+        tiny_gpt2, demo_data, tmp_path, no_model_load):
+    data = demo_data["prompt-completion"]  # 128 records; a tenth held out leaves 115
+    _one_error_line(_cli(tmp_path / "out", tiny_gpt2, data, "--batch-size", "116",
+                         "--eval-fraction", "0.1"),
+                    "invalid batch_size=116", "at most the 115 training examples")
+
+
 # -- output folder ------------------------------------------------------------------------------
 
 def test_empty_output_dir_is_refused_and_nothing_lands_in_the_cwd(tiny_gpt2, demo_data, tmp_path,
@@ -213,6 +266,35 @@ def test_a_tokenizer_with_an_empty_vocabulary_is_refused_when_loaded(tiny_gpt2, 
     (model / "vocab.txt").write_text("")  # a file of the right name with nothing in it
     with pytest.raises(ModelLoadError, match="no tokenizer files"):
         load_tokenizer(model)
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json"])
+def test_a_corrupt_tokenizer_file_is_named_before_any_work(tiny_gpt2, demo_data, tmp_path, name):
+    model = _model_copy(tiny_gpt2, tmp_path)
+    raw = (model / name).read_bytes()
+    (model / name).write_bytes(raw[: len(raw) // 2])  # a copy that stopped part-way
+    _one_error_line(_cli(tmp_path / "out", model, demo_data["prompt-completion"]),
+                    f"{model / name}: not valid JSON", "copy the tokenizer files again")
+    assert not (tmp_path / "out").exists()
+
+
+def test_chat_data_for_a_tokenizer_without_a_template_is_refused_before_the_model_loads(
+        tiny_gpt2, demo_data, tmp_path, no_model_load):
+    model = _model_copy(tiny_gpt2, tmp_path, drop=("chat_template.jinja",))
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    assert "chat_template" not in config  # the template lived only in the dropped file
+    _one_error_line(_cli(tmp_path / "out", model, demo_data["chat"]),
+                    "the tokenizer has no chat template", "prompt/completion data")
+
+
+def test_a_run_that_fails_after_the_checks_leaves_no_folder_behind(tiny_gpt2, demo_data,
+                                                                   tmp_path):
+    """Every prompt filling max_length is found only by tokenizing (after the model load):
+    the folders the run made for itself are not left behind empty."""
+    out = tmp_path / "new" / "out"
+    _one_error_line(_cli(out, tiny_gpt2, demo_data["prompt-completion"], "--max-length", "3"),
+                    "every example's prompt fills max_length=3")
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
@@ -394,6 +476,22 @@ def test_a_mixed_output_set_is_a_fail_not_a_traceback(finished, tmp_path):
     (out / RUN_FILE).write_text('{"config": {}, ')  # a record cut short
     check, _ = check_adapter(out)
     assert not check.passed and "is not a whole run record" in check.detail
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("steps", -3, "invalid steps=-3: must be >= 1"),
+    ("no_such_knob", 1, "no_such_knob"),
+])
+def test_a_record_whose_config_this_draslice_cannot_read_is_a_fail(finished, tmp_path, key,
+                                                                   value, words):
+    """A record edited by hand, or written by another draslice version: FAIL naming it."""
+    out = _copy(finished, tmp_path)
+    record = json.loads((out / RUN_FILE).read_text())
+    record["config"][key] = value
+    (out / RUN_FILE).write_text(json.dumps(record))
+    check, _ = check_adapter(out)
+    assert not check.passed
+    assert "its config is not one this draslice reads" in check.detail and words in check.detail
 
 
 def test_a_whole_set_passes_the_record_check(finished):
