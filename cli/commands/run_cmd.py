@@ -30,6 +30,10 @@ DEFAULT_TEMPLATE = "mig-1g-6gb"
               help="With --snapshot: a cluster without DRA skips the GPU steps or fails the run.")
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
               help="Each run gets a timestamped folder here with every artifact.")
+@click.option("--sweep", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Run the sweep pipeline instead: FILE is a YAML or JSON list of runs, each "
+                   "a mapping of knob values over the options above (e.g. '- {learning_rate: "
+                   "0.001, lora_r: 4}'); prints the comparison and the best adapter.")
 def run(**opts) -> None:
     """Run preflight -> smoke -> LoRA SFT -> validate locally with kfp.local.
 
@@ -43,10 +47,15 @@ def run(**opts) -> None:
       draslice run --slice-memory-gib 6      # emulate a 1g.6gb-sized slice on a big GPU
       draslice run --lora-targets c_attn     # the seed guide's attention-only LoRA
       draslice run --snapshot dump.yaml      # preflight judges that cluster first
+      draslice run --sweep runs.yaml         # one fine-tune per run, then compare them
     """
     from draslice.pipelines.local_run import new_run_dir, run_pipeline
 
     params = _checked_params(opts)
+    if opts["sweep"]:
+        from draslice.pipelines.sweep.local import run_command
+
+        run_command(opts["sweep"], params, opts["runs_dir"], opts["template"])
     run_dir = new_run_dir(opts["runs_dir"])
     click.echo(f"run folder: {run_dir}")
     start = time.perf_counter()
