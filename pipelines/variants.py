@@ -12,23 +12,24 @@ from pathlib import Path
 
 from kfp import compiler
 
-from draslice.pipelines import canary, demo, finetune, finetune_artifact, sweep
+from draslice.pipelines import canary, demo, finetune, finetune_artifact
 from draslice.pipelines.claim import ClaimMode
 from draslice.pipelines.steps import DEFAULT_MOUNT, DEFAULT_PVC
+from draslice.pipelines.sweep import pipeline as sweep
 
 TEMPLATES = ("mig-1g-6gb", "shared-gpu-timeslice")
 # Each pipeline's module (pipelines/<name>/pipeline.py) by its kind: the compiled file's stem.
 PIPELINES = {m.KIND: m for m in (demo.pipeline, canary.pipeline, finetune.pipeline,
-                                 finetune_artifact.pipeline, sweep.pipeline)}
+                                 finetune_artifact.pipeline, sweep)}
 VOLUME_KINDS = (finetune.pipeline.KIND, finetune_artifact.pipeline.KIND,
-                sweep.pipeline.KIND)  # mount a PVC
+                sweep.KIND)  # mount a PVC
 KINDS = tuple(PIPELINES)
 GPU_EXECUTORS = {
     demo.pipeline.KIND: ("exec-smoke", "exec-finetune"),
     canary.pipeline.KIND: ("exec-smoke",),
     finetune.pipeline.KIND: ("exec-smoke", "exec-finetune"),
     finetune_artifact.pipeline.KIND: ("exec-smoke", "exec-finetune"),
-    sweep.pipeline.KIND: ("exec-smoke", "exec-finetune"),  # in every iteration
+    sweep.KIND: ("exec-smoke", "exec-finetune"),  # in every iteration
 }
 
 

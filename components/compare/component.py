@@ -1,6 +1,6 @@
 """Compare: the runs of a sweep side by side, and the best adapter as a Model."""
 
-from typing import List, NamedTuple
+from typing import NamedTuple
 
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, Input, Markdown, Model, Output
@@ -11,10 +11,10 @@ from draslice.components.image import TRAINER_IMAGE
 @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
 def compare(
     configs: list,
-    adapters: Input[List[Model]],
-    train_logs: Input[List[Artifact]],
-    passed: List[bool],
-    verdicts: List[str],
+    adapters: Input[list[Model]],
+    train_logs: Input[list[Artifact]],
+    passed: list[bool],
+    verdicts: list[str],
     best_adapter: Output[Model],
     report: Output[HTML],
     summary: Output[Markdown],

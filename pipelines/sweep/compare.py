@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from draslice.errors import DrasliceError
-from draslice.pipelines.sweep.plan import NAME
+from draslice.pipelines.sweep.plan import NAME, typed
 
 # What the table shows of each run's result (run file), with its heading and format.
 FIGURES = (("eval_loss", "eval loss", "{:.4f}"), ("final_loss", "train loss", "{:.4f}"),
@@ -67,7 +67,7 @@ def read_runs(planned: list[dict], adapter_dirs: list[str], train_logs: list[str
             raise DrasliceError(f"run {plan[NAME]}: its adapter was trained with {trained}, the "
                                 f"plan says {expected}: collected outputs out of order")
         loss, evals = _curves(Path(log))
-        runs.append(Run(plan[NAME], {k: v for k, v in plan.items() if k != NAME},
+        runs.append(Run(plan[NAME], {k: typed(k, v) for k, v in plan.items() if k != NAME},
                         record["result"], bool(ok), verdict, Path(adapter), evals, loss))
     return runs
 
@@ -137,7 +137,8 @@ def render_markdown(runs: list[Run], best: Run, passed: bool) -> str:
              "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     lines += ["", "Verdicts:", ""]
-    lines += [f"- {r.name}: {r.verdict.splitlines()[0] if r.verdict else ''}" for r in runs]
+    lines += [f"- {r.name}: " + "; ".join(line.strip(" -") for line in r.verdict.splitlines())
+              for r in runs]
     return "\n".join(lines) + "\n"
 
 

@@ -50,14 +50,12 @@ def run_sweep(run_dir: Path, runs: list[dict], template: str, preflight_source: 
     kfp_local_fixes.install()
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(run_dir),
                raise_on_error=True)
-    best = None
     try:
-        best = pipeline.build(template)(configs=runs, preset=PRESET,
-                                        preflight_source=preflight_source)
+        pipeline.build(template)(configs=runs, preset=PRESET, preflight_source=preflight_source)
         succeeded = True
     except RuntimeError:  # kfp.local: "Pipeline ... finished with status FAILURE"
-        succeeded = False
-    return SweepRun(run_dir, succeeded, Path(best.path) if best is not None else None,
+        succeeded = False  # the gate too, when no run passed: compare's outputs are there
+    return SweepRun(run_dir, succeeded, _newest(run_dir, "compare", "best_adapter"),
                     _newest(run_dir, "compare", "summary"), _newest(run_dir, "compare", "report"))
 
 

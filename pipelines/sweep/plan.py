@@ -88,7 +88,7 @@ def plan_runs(runs: Sequence[Mapping[str, Any]], preset: str) -> list[dict]:
         name = _name(run.get(NAME, f"run-{i}"), i)
         if name in names:
             raise InvalidParameter(f"configs[{i}].name", name, "must be unique in the sweep")
-        values = {k: _typed(k, v) for k, v in {**base, **knobs}.items()}
+        values = {k: typed(k, v) for k, v in {**base, **knobs}.items()}
         key = json.dumps(values, sort_keys=True)
         if key in seen:
             raise InvalidParameter(f"configs[{i}]", dict(run),
@@ -108,7 +108,7 @@ def _name(value: Any, index: int) -> str:
     return value
 
 
-def _typed(name: str, value: Any) -> Any:
+def typed(name: str, value: Any) -> Any:
     """An integer knob given as a whole float (JSON through KFP's protobuf) as the integer."""
     if KNOBS[name].type is int and isinstance(value, float):
         return int(value)
