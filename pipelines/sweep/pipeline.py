@@ -46,12 +46,10 @@ from draslice.trainer.config import FINETUNE_KNOBS, VERDICT_KNOBS
 KIND = "sweep"
 DEFAULT_PARALLELISM = 4  # four 1g.6gb slices of an A30, or four of the seven of an A100/H100
 # What a sweep compiled for the UI proposes: the finetune preset's rate and rank, each varied.
-DEFAULT_CONFIGS = [
-    {"name": "lr-1e-4", "learning_rate": 1e-4},
-    {"name": "lr-2e-4", "learning_rate": 2e-4},
-    {"name": "lr-4e-4", "learning_rate": 4e-4},
-    {"name": "r-32", "lora_r": 32, "lora_alpha": 64},
-]
+# One knob per run: KFP writes a default's mappings in hash order into the compiled file's
+# header, and compiled/ must be byte-for-byte reproducible.
+DEFAULT_CONFIGS = [{"learning_rate": 1e-4}, {"learning_rate": 2e-4}, {"learning_rate": 4e-4},
+                   {"lora_r": 32}]
 
 
 def build(template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.POLICY,
