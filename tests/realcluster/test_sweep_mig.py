@@ -55,6 +55,9 @@ def seven_mig_devices() -> list[dict]:
     slice_key = f"memorySlice{start}"
     devices = []
     for placement in range(PLACEMENTS):
+        if placement == int(start):  # the dump's own device, as it is
+            devices.append(device)
+            continue
         d = copy.deepcopy(device)
         d["name"] = f"gpu-0-mig-{profile_id}-{placement}-{size}"
         attrs, capacity = d["basic"]["attributes"], d["basic"]["capacity"]
