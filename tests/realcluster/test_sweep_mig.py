@@ -109,6 +109,9 @@ def one_gpu(cluster):
     publish(cluster, seven_mig_devices())
     yield kube
     cluster.reset()
+    kube.delete("ResourceClaimTemplate", TEMPLATE, OPTED_IN)
+    for doc in _policy_docs():
+        kube.delete(doc["kind"], doc["metadata"]["name"])
 
 
 def _bound_device(kube, name: str, timeout: float = 60.0) -> tuple[str, dict]:
