@@ -8,7 +8,9 @@ eval loss and tokens/s; the best adapter becomes the pipeline's Model output) ->
 Each run's GPU tasks carry their own claim: the claim binding (``pipelines/claim.py``) puts the
 template on the task, and every pod of every iteration gets a claim of its own from it, so N
 runs hold N slices. A failing verdict does not stop the sweep: compare reports it beside the
-others, and the gate fails the run only when no run passed.
+others, and the gate fails the run only when no run passed. A run whose task fails (out of
+memory in its slice, a NaN loss) fails the sweep: KFP starts no fan-in step after a failed
+iteration; the other runs' outputs stay in their tasks.
 
 A sweep must end with a Model, so preflight runs with ``on_missing_dra=fail``: a cluster
 without DRA fails the sweep, with the reason, before any slice is claimed (the other pipelines
