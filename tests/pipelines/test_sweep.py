@@ -165,3 +165,13 @@ def test_the_best_run_is_the_lowest_eval_loss_among_those_that_passed():
     assert "| ★ c | 0.0001 | 0.7000 |" in text and "| a | 0.01 | 0.5000 |" in text
     best, passed = best_run([_run("a", 0.5, False), _run("b", 0.4, False, lr=1e-4)])
     assert (best.name, passed) == ("b", False)  # the gate fails the sweep
+
+
+def test_the_sweeps_own_components_install_nothing_at_run_time():
+    from draslice.components.compare import compare
+    from draslice.components.sweep_plan import sweep_plan
+
+    for component in (sweep_plan, compare):
+        container = component.component_spec.implementation.container
+        assert "pip install" not in " ".join(container.command), component.name
+        assert container.image.startswith("ghcr.io/draslice/trainer:")
