@@ -86,24 +86,15 @@ def run_pipeline(
     whole stream; ``bar`` forces the fine-tune's progress bar on or off (default: on a
     terminal).
     """
-    kfp_local_fixes.install()
-    log_path = run_dir / run_console.LOG_FILE
     steps = int(params.get("steps", DEMO.default("steps")))
-    with log_path.open("w") as log, _own_tmpdir(run_dir):
-        output = run_console.RunOutput(log, console or sys.stdout, run_dir, steps,
-                                       verbose=verbose, bar=bar)
-        with run_console.captured(output):
-            local.init(
-                runner=local.SubprocessRunner(use_venv=False),
-                pipeline_root=str(run_dir),
-                raise_on_error=True,
-            )
-            pipeline = demo.build(template, mode)
-            try:
-                pipeline(**params)
-                succeeded = True
-            except RuntimeError:  # kfp.local: "Pipeline ... finished with status FAILURE"
-                succeeded = False
+    with local_session(run_dir, steps, verbose, console, bar) as output:
+        pipeline = demo.build(template, mode)
+        try:
+            pipeline(**params)
+            succeeded = True
+        except RuntimeError:  # kfp.local: "Pipeline ... finished with status FAILURE"
+            succeeded = False
+    log_path = run_dir / run_console.LOG_FILE
     summary = _newest(run_dir, "validate", "summary")
     report = _newest(run_dir, "validate", "report")
     if ("validate", "SUCCESS") not in {(name, status) for name, status, _ in output.finished}:
@@ -117,6 +108,24 @@ def run_pipeline(
                     failures=output.failures, log_path=log_path,
                     verdict_text=(_task_outputs(run_dir, "validate", ("verdict",)) or {}
                                   ).get("verdict"))
+
+
+@contextlib.contextmanager
+def local_session(run_dir: Path, steps: int, verbose: bool = False,
+                  console: TextIO | None = None, bar: bool | None = None
+                  ) -> Iterator[run_console.RunOutput]:
+    """kfp.local set up for one run in ``run_dir``: its whole output goes to
+    ``kfp-local.log`` there and the console gets the short story (every pipeline run locally
+    shares this, so ``run`` and ``run --sweep`` print alike); its temp folders live inside
+    the run folder and are removed at the end."""
+    kfp_local_fixes.install()
+    with (run_dir / run_console.LOG_FILE).open("w") as log, _own_tmpdir(run_dir):
+        output = run_console.RunOutput(log, console or sys.stdout, run_dir, steps,
+                                       verbose=verbose, bar=bar)
+        with run_console.captured(output):
+            local.init(runner=local.SubprocessRunner(use_venv=False),
+                       pipeline_root=str(run_dir), raise_on_error=True)
+            yield output
 
 
 @contextlib.contextmanager

@@ -49,14 +49,15 @@ class _PipelineModules(Mapping[str, ModuleType]):
 TEMPLATES = ("mig-1g-6gb", "shared-gpu-timeslice")
 # Each pipeline's module (pipelines/<folder>/pipeline.py) by its kind: the compiled file's stem.
 PIPELINES = _PipelineModules({"sft": "demo", "canary": "canary", "finetune": "finetune",
-                              "finetune-artifact": "finetune_artifact"})
-VOLUME_KINDS = ("finetune", "finetune-artifact")  # mount a PVC
+                              "finetune-artifact": "finetune_artifact", "sweep": "sweep"})
+VOLUME_KINDS = ("finetune", "finetune-artifact", "sweep")  # mount a PVC
 KINDS = tuple(PIPELINES)
 GPU_EXECUTORS = {
     "sft": ("exec-smoke", "exec-finetune"),
     "canary": ("exec-smoke",),
     "finetune": ("exec-smoke", "exec-finetune"),
     "finetune-artifact": ("exec-smoke", "exec-finetune"),
+    "sweep": ("exec-smoke", "exec-finetune"),  # in every iteration
 }
 # The preset each fine-tuning pipeline's parameters come from (the canary has none).
 PRESETS: dict[str, Preset] = {"sft": DEMO, "finetune": FINETUNE, "finetune-artifact": FINETUNE}

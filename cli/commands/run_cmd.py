@@ -33,6 +33,10 @@ DEFAULT_TEMPLATE = "mig-1g-6gb"
 @click.option("--verbose", "-v", is_flag=True,
               help="Stream kfp.local's whole output (it always goes to kfp-local.log in the "
                    "run folder).")
+@click.option("--sweep", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Run the sweep pipeline instead: FILE is a YAML or JSON list of runs, each "
+                   "a mapping of knob values over the options above (e.g. '- {learning_rate: "
+                   "0.001, lora_r: 4}'); prints the comparison and the best adapter.")
 def run(**opts) -> None:
     """Run preflight -> smoke -> LoRA SFT -> validate locally with kfp.local.
 
@@ -48,10 +52,15 @@ def run(**opts) -> None:
       draslice run --slice-memory-gib 6      # emulate a 1g.6gb-sized slice on a big GPU
       draslice run --lora-targets c_attn     # the guide's attention-only LoRA
       draslice run --snapshot dump.yaml      # preflight judges that cluster first
+      draslice run --sweep runs.yaml         # one fine-tune per run, then compare them
     """
     params = _checked_params(opts)  # before kfp loads: bad input fails in a fraction of a second
     from draslice.pipelines.local_run import new_run_dir, run_pipeline
 
+    if opts["sweep"]:
+        from draslice.pipelines.sweep.local import run_command
+
+        run_command(opts["sweep"], params, opts["runs_dir"], opts["template"], opts["verbose"])
     run_dir = new_run_dir(opts["runs_dir"])
     click.echo(f"run folder: {run_dir}")
     start = time.perf_counter()

@@ -20,14 +20,16 @@ from draslice.trainer.config import FINETUNE_KNOBS, KNOBS, VERDICT_KNOBS
 from draslice.trainer.presets import DEMO, FINETUNE
 
 KFP_TYPES = {int: "Integer", float: "Float", bool: "Boolean", str: "String"}
-# Pipeline parameters that are not fine-tune knobs: preflight's, and the artifact's address.
-PIPELINE_OWN = {"on_missing_dra", "preflight_source", "base_model_uri"}
+# Pipeline parameters that are not fine-tune knobs: preflight's, the artifact's address, and the
+# sweep's runs (each run's knobs come from its loop item: tests/pipelines/test_sweep.py).
+PIPELINE_OWN = {"on_missing_dra", "preflight_source", "base_model_uri", "configs", "preset"}
 # kind -> (the knobs it exposes, where their values start)
 EXPECTED = {
     "sft": (set(DEMO.exposed), DEMO.default),
     "finetune": (set(FINETUNE.exposed), FINETUNE.default),
     "finetune-artifact": (set(FINETUNE.exposed) - {"model_dir"}, FINETUNE.default),
     "canary": ({"device"}, lambda name: KNOBS[name].default),
+    "sweep": (set(), FINETUNE.default),
 }
 
 

@@ -1,0 +1,3 @@
+from draslice.components.compare.component import compare
+
+__all__ = ["compare"]

@@ -1,0 +1,85 @@
+"""``draslice run --sweep FILE``: the sweep pipeline on this machine with kfp.local.
+
+The file's runs start from the demo run (the built-in model and data) and the command line's
+knob options, so ``draslice run --sweep lrs.yaml --steps 20`` sweeps what the file varies at
+20 steps. Every run is checked (``plan.plan_runs``) before kfp.local starts; kfp.local runs at
+most two iterations at once whatever the pipeline's ``parallelism`` says.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from draslice.errors import InvalidParameter
+from draslice.pipelines.sweep.plan import SweepFileError, load_runs, plan_runs
+
+PRESET = "demo"
+
+
+@dataclass
+class SweepRun:
+    run_dir: Path
+    succeeded: bool
+    best_adapter: Path | None
+    summary_path: Path | None
+    report_path: Path | None
+
+
+def planned_runs(path: str | Path, base: dict) -> list[dict]:
+    """The file's runs over ``base`` (knob values from the command line), checked and
+    completed from the demo preset."""
+    try:
+        return plan_runs([{**base, **run} for run in load_runs(path)], PRESET)
+    except InvalidParameter as err:
+        raise SweepFileError(f"{path}: {err}") from err
+
+
+def run_sweep(run_dir: Path, runs: list[dict], template: str, preflight_source: str,
+              verbose: bool = False) -> SweepRun:
+    """Run the sweep pipeline locally; a failed task is reported, not raised."""
+    from draslice.pipelines.local_run import _newest, local_session
+    from draslice.pipelines.sweep import pipeline
+
+    steps = max(int(run.get("steps", 0)) for run in runs)
+    with local_session(run_dir, steps, verbose, bar=False) as output:
+        try:
+            pipeline.build(template)(configs=runs, preset=PRESET,
+                                     preflight_source=preflight_source)
+            succeeded = True
+        except RuntimeError:  # kfp.local: "Pipeline ... finished with status FAILURE"
+            succeeded = False  # the gate too, when no run passed: compare's outputs are there
+    for failure in output.failures:
+        click.echo(f"task {failure.task} FAILED (exit {failure.exit_code}): {failure.reason}")
+    return SweepRun(run_dir, succeeded, _newest(run_dir, "compare", "best_adapter"),
+                    _newest(run_dir, "compare", "summary"), _newest(run_dir, "compare", "report"))
+
+
+def run_command(sweep_file: str, params: dict, runs_dir: str, template: str,
+                verbose: bool = False) -> None:
+    """What ``draslice run --sweep`` does after its options are checked: plan, run, print the
+    comparison, exit 0 when the best run passed, 1 otherwise."""
+    from draslice.pipelines.local_run import new_run_dir
+    from draslice.trainer.presets import DEMO
+
+    runs = planned_runs(sweep_file, {k: v for k, v in params.items() if k in DEMO.exposed})
+    run_dir = new_run_dir(runs_dir)
+    click.echo(f"sweep of {len(runs)} runs: {', '.join(r['name'] for r in runs)}")
+    click.echo(f"run folder: {run_dir}")
+    start = time.perf_counter()
+    result = run_sweep(run_dir, runs, template, params["preflight_source"], verbose)
+    click.echo("")
+    if result.summary_path:
+        click.echo(result.summary_path.read_text().rstrip())
+        click.echo(f"report:       {result.report_path}")
+    else:
+        click.echo("comparison: none (the sweep stopped before compare)")
+    if result.best_adapter:
+        click.echo(f"best adapter: {result.best_adapter}")
+    click.echo(f"sweep {'succeeded' if result.succeeded else 'FAILED'} in "
+               f"{time.perf_counter() - start:.1f} s")
+    sys.exit(0 if result.succeeded else 1)
