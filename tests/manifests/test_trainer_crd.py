@@ -1,0 +1,122 @@
+"""Every TrainingRuntime and TrainJob draslice renders, validated against Kubeflow Trainer's own
+CRD schemas (kubeflow/trainer v2.0.0's ``manifests/base/crds``, taken from its Go module as
+tests/realcluster/crds.py pins it), strictly: a field the CRD does not declare fails, as it
+does on an API server with ``--validate=strict``.
+
+The CRD's ``openAPIV3Schema`` is JSON Schema except for two Kubernetes extensions, mapped here:
+``x-kubernetes-int-or-string`` (an integer or a string) and structural pruning (an object with
+``properties`` and no ``additionalProperties`` takes no other field). Its CEL rules
+(``x-kubernetes-validations``) and ObjectMeta are checked by the real API server in
+tests/realcluster/test_manifests_apply.py, not here.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+
+import jsonschema
+import pytest
+import yaml
+
+from draslice.cluster.manifests import committed, workloads
+from tests.realcluster.crds import CRD_SOURCES, module_dir
+
+IMAGE = "registry.example.com/draslice/trainer:0.1.0"
+
+
+def strict(schema: dict) -> dict:
+    """The CRD schema as strict JSON Schema (see the module docstring)."""
+    node = {k: v for k, v in schema.items() if k != "x-kubernetes-validations"}
+    if node.pop("x-kubernetes-int-or-string", False):
+        node.pop("type", None)
+        node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if "properties" in node:
+        node["properties"] = {k: strict(v) for k, v in node["properties"].items()}
+        node.setdefault("additionalProperties", False)
+    if isinstance(node.get("additionalProperties"), dict):
+        node["additionalProperties"] = strict(node["additionalProperties"])
+    if "items" in node:
+        node["items"] = strict(node["items"])
+    return node
+
+
+@cache
+def validators() -> dict[str, jsonschema.Draft7Validator]:
+    """``{kind: validator}`` for the Trainer CRDs."""
+    out = {}
+    ((module, release, files),) = [s for s in CRD_SOURCES if "kubeflow/trainer" in s[0]]
+    for path in files:
+        crd = yaml.safe_load((module_dir(module, release) / path).read_text())
+        (served,) = [v for v in crd["spec"]["versions"]
+                     if f"{crd['spec']['group']}/{v['name']}" == workloads.TRAINER_API]
+        out[crd["spec"]["names"]["kind"]] = jsonschema.Draft7Validator(
+            strict(served["schema"]["openAPIV3Schema"]))
+    return out
+
+
+def errors(doc: dict) -> list[str]:
+    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in validators()[doc["kind"]].iter_errors(doc)]
+
+
+def _rendered() -> list[tuple[str, dict]]:
+    docs = [(name, d) for name, text in committed.files(IMAGE).items()
+            for d in yaml.safe_load_all(text) if d.get("apiVersion") == workloads.TRAINER_API]
+    for template, pods in (("gpus-8", 2), ("shared-gpu-mps", 1), ("mig-2g-12gb", 4)):
+        docs += [(f"{template}x{pods}", d) for d in workloads.workloads(
+            template, IMAGE, "team-a", pods)["trainjob"]]
+    runtime = workloads.training_runtime("gpus-4", IMAGE, "team-a")
+    docs.append(("kfp-step", workloads.train_job_for_runtime(
+        runtime, "team-a", 2, name="run-1", args=["--steps", "5"])))
+    return docs
+
+
+RENDERED = _rendered()
+
+
+def test_the_committed_set_has_distributed_trainjobs():
+    jobs = [d for _, d in RENDERED if d["kind"] == "TrainJob"]
+    shapes = {(d["spec"]["runtimeRef"]["name"], d["spec"]["trainer"]["numNodes"],
+               d["spec"]["trainer"]["numProcPerNode"]) for d in jobs}
+    assert ("draslice-sft-mig-1g-6gb", 2, 1) in shapes
+    assert ("draslice-sft-gpus-2", 1, 2) in shapes
+
+
+@pytest.mark.parametrize(("source", "doc"), RENDERED,
+                         ids=[f"{n}:{d['kind']}:{d['metadata']['name']}" for n, d in RENDERED])
+def test_valid_against_the_trainer_crd(source, doc):
+    assert errors(doc) == [], source
+
+
+@pytest.mark.parametrize("where", ["trainer", "runtime-pod", "ml-policy"])
+def test_the_check_fails_on_an_unknown_or_wrong_field(where):
+    """Proves the check can fail, at the depths our objects use."""
+    runtime = workloads.training_runtime("gpus-2", IMAGE, "team-a")
+    job = workloads.train_job_for_runtime(runtime, "team-a")
+    if where == "trainer":
+        doc = copy.deepcopy(job)
+        doc["spec"]["trainer"]["numGPUs"] = 2
+    elif where == "runtime-pod":
+        doc = copy.deepcopy(runtime)
+        pod = doc["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+            "template"]["spec"]
+        pod["resourceClaims"][0]["templateName"] = "gpus-2"
+    else:
+        doc = copy.deepcopy(runtime)
+        doc["spec"]["mlPolicy"]["torch"]["numProcPerNode"] = 1.5
+    assert errors(doc), where
+
+
+def test_each_pod_claims_and_the_processes_match_its_devices():
+    runtime, job = workloads.workloads("gpus-2", IMAGE, "kubeflow")["trainjob"]
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"]["spec"]
+    assert pod["resourceClaims"] == [{"name": "gpus-2", "resourceClaimTemplateName": "gpus-2"}]
+    (node,) = pod["containers"]
+    assert node["resources"] == {"claims": [{"name": "gpus-2"}]}
+    # torchrun takes nnodes, nproc-per-node, rank and master from Trainer's PET_* variables.
+    assert node["command"][:3] == ["python", "-m", "torch.distributed.run"]
+    assert "--nnodes" not in node["command"] + node["args"]
+    assert runtime["spec"]["mlPolicy"]["torch"] == {"numProcPerNode": 2}
+    assert job["spec"]["trainer"] == {"numNodes": 1, "numProcPerNode": 2}
