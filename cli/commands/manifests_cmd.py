@@ -105,8 +105,11 @@ def claim_templates_cmd(profiles, shared, interval, active_thread_percentage,
 @click.option("--namespace", default="kubeflow", show_default=True, help=_NS_HELP)
 @click.option("--service-account", default="pipeline-runner", show_default=True,
               help="Service account KFP runs task pods as; KFP multi-user uses default-editor.")
+@click.option("--trainjobs", is_flag=True,
+              help="Instead: the Role the finetune-trainjob pipelines' step needs (create, get "
+                   "and delete Kubeflow Trainer TrainJobs in the namespace).")
 @_OUT
-def rbac_cmd(namespace: str, service_account: str, out_dir: str | None) -> None:
+def rbac_cmd(namespace: str, service_account: str, trainjobs: bool, out_dir: str | None) -> None:
     """Read-only DRA access for the KFP service account, and nothing more.
 
     A ClusterRole + ClusterRoleBinding for deviceclasses and resourceslices, and a Role +
@@ -117,9 +120,14 @@ def rbac_cmd(namespace: str, service_account: str, out_dir: str | None) -> None:
     Examples:
       draslice manifests rbac | kubectl apply -f -
       draslice manifests rbac --namespace team-a --service-account default-editor
+      draslice manifests rbac --trainjobs | kubectl apply -f -
     """
     from draslice.cluster.manifests import rbac, yamlio
 
+    if trainjobs:
+        _emit(out_dir, "rbac-trainjob.yaml",
+              yamlio.dump(rbac.trainjob_rbac(namespace, service_account)))
+        return
     _emit(out_dir, "rbac.yaml", yamlio.dump(rbac.rbac(namespace, service_account)))
 
 

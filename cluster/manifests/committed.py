@@ -40,6 +40,10 @@ def files(image: str) -> dict[str, str]:
     out["20-rbac.yaml"] = yamlio.dump(rbac.rbac(NAMESPACE), header(
         "Read-only DRA access for KFP's pipeline-runner (preflight reads the cluster).",
         f"draslice manifests rbac --namespace {NAMESPACE}"))
+    out["21-rbac-trainjob.yaml"] = yamlio.dump(rbac.trainjob_rbac(NAMESPACE), header(
+        "For the finetune-trainjob pipelines: pipeline-runner may create, get and delete "
+        "TrainJobs.",
+        f"draslice manifests rbac --trainjobs --namespace {NAMESPACE}"))
     for engine in admission.ENGINES:
         out[f"30-admission-policy.{engine}.yaml"] = yamlio.dump(
             admission.admission_policy(engine), header(

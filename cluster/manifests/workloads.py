@@ -28,6 +28,7 @@ TRAINER_CONTAINER = "node"  # Trainer v2 runs the trainer in the container "node
 # script once per process: the TrainJob's args are `draslice train` options only.
 TORCHRUN = ("python", "-m", "torch.distributed.run", "--no-python", "draslice", "train")
 OUTPUT_DIR = "/tmp/draslice-out"
+DATA_VOLUME = "data"
 
 # The pod security the trainer image is built for (uid 1000, Pod Security "restricted").
 _SECURITY = {
@@ -142,30 +143,36 @@ def training_runtime(template: str, image: str, namespace: str | None = None) ->
     }
 
 
-def train_job_for_runtime(runtime: dict, namespace: str | None = None, num_nodes: int = 1,
-                          num_proc_per_node: int | None = None, name: str | None = None,
-                          args: list[str] | None = None) -> dict:
-    """A TrainJob on ``runtime``: ``num_nodes`` pods (each with its own claim from the runtime's
-    template) of ``num_proc_per_node`` torchrun processes; ``args`` replace the runtime's
-    ``draslice train`` options."""
-    runtime_ref = runtime["metadata"]["name"]
-    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
-        "template"]["spec"]
-    template = pod["resourceClaims"][0]["resourceClaimTemplateName"]
+def trainjob(template: str, namespace: str | None = None, num_nodes: int = 1,
+             num_proc_per_node: int | None = None, name: str | None = None,
+             args: list[str] | None = None, volume: tuple[str, str] | None = None) -> dict:
+    """A TrainJob on the runtime of ``template`` (:func:`training_runtime`): ``num_nodes`` pods,
+    each with its own claim from the template, of ``num_proc_per_node`` torchrun processes
+    (default: one per device a pod gets). ``args`` replace the runtime's ``draslice train``
+    options; ``volume`` (PVC name, mount path) is mounted on every trainer pod."""
     if num_proc_per_node is None:
         num_proc_per_node = devices_per_pod(template)
     check_topology(template, num_nodes, num_proc_per_node)
+    runtime_ref = runtime_name(template)
     trainer: dict = {"numNodes": num_nodes, "numProcPerNode": num_proc_per_node}
     if args is not None:
         trainer["args"] = list(args)
     default = runtime_ref.replace("draslice-sft-", "draslice-sft-run-", 1)
     if num_nodes != 1:
         default += f"-{num_nodes}-pods"
+    spec: dict = {"runtimeRef": {"apiGroup": TRAINER_GROUP, "kind": "TrainingRuntime",
+                                 "name": runtime_ref},
+                  "trainer": trainer}
+    if volume is not None:
+        pvc, mount_path = volume
+        spec["podSpecOverrides"] = [{
+            "targetJobs": [{"name": TRAINER_JOB}],
+            "volumes": [{"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": pvc}}],
+            "containers": [{"name": TRAINER_CONTAINER,
+                            "volumeMounts": [{"name": DATA_VOLUME, "mountPath": mount_path}]}],
+        }]
     return {"apiVersion": TRAINER_API, "kind": "TrainJob",
-            "metadata": _meta(name or default[:63].rstrip("-"), namespace),
-            "spec": {"runtimeRef": {"apiGroup": TRAINER_GROUP, "kind": "TrainingRuntime",
-                                    "name": runtime_ref},
-                     "trainer": trainer}}
+            "metadata": _meta(name or default[:63].rstrip("-"), namespace), "spec": spec}
 
 
 def workloads(template: str, image: str, namespace: str | None = None, num_nodes: int = 1,
@@ -173,11 +180,8 @@ def workloads(template: str, image: str, namespace: str | None = None, num_nodes
     """``{purpose: documents}`` for one claim template; the TrainJob runs ``num_nodes`` pods of
     ``num_proc_per_node`` processes (default: one per device the template gives a pod)."""
     runtime = training_runtime(template, image, namespace)
-    if num_proc_per_node is None:
-        num_proc_per_node = devices_per_pod(template)
     return {
         "smoke-pod": [smoke_pod(template, image, namespace)],
         "job": [train_job(template, image, namespace)],
-        "trainjob": [runtime, train_job_for_runtime(runtime, namespace, num_nodes,
-                                                    num_proc_per_node)],
+        "trainjob": [runtime, trainjob(template, namespace, num_nodes, num_proc_per_node)],
     }

@@ -66,9 +66,9 @@ def _rendered() -> list[tuple[str, dict]]:
     for template, pods in (("gpus-8", 2), ("shared-gpu-mps", 1), ("mig-2g-12gb", 4)):
         docs += [(f"{template}x{pods}", d) for d in workloads.workloads(
             template, IMAGE, "team-a", pods)["trainjob"]]
-    runtime = workloads.training_runtime("gpus-4", IMAGE, "team-a")
-    docs.append(("kfp-step", workloads.train_job_for_runtime(
-        runtime, "team-a", 2, name="run-1", args=["--steps", "5"])))
+    docs.append(("kfp-step", workloads.trainjob(
+        "gpus-4", "team-a", 2, name="run-1", args=["--steps", "5"],
+        volume=("draslice-data", "/data"))))
     return docs
 
 
@@ -93,7 +93,7 @@ def test_valid_against_the_trainer_crd(source, doc):
 def test_the_check_fails_on_an_unknown_or_wrong_field(where):
     """Proves the check can fail, at the depths our objects use."""
     runtime = workloads.training_runtime("gpus-2", IMAGE, "team-a")
-    job = workloads.train_job_for_runtime(runtime, "team-a")
+    job = workloads.trainjob("gpus-2", "team-a")
     if where == "trainer":
         doc = copy.deepcopy(job)
         doc["spec"]["trainer"]["numGPUs"] = 2
