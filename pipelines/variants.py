@@ -12,21 +12,26 @@ from pathlib import Path
 
 from kfp import compiler
 
-from draslice.pipelines import canary, demo, finetune, finetune_artifact
+from draslice.pipelines import canary, demo, finetune, finetune_artifact, finetune_trainjob
 from draslice.pipelines.claim import ClaimMode
 from draslice.pipelines.steps import DEFAULT_MOUNT, DEFAULT_PVC
 
 TEMPLATES = ("mig-1g-6gb", "shared-gpu-timeslice")
 # Each pipeline's module (pipelines/<name>/pipeline.py) by its kind: the compiled file's stem.
 PIPELINES = {m.KIND: m for m in (demo.pipeline, canary.pipeline, finetune.pipeline,
-                                 finetune_artifact.pipeline)}
-VOLUME_KINDS = (finetune.pipeline.KIND, finetune_artifact.pipeline.KIND)  # mount a PVC
+                                 finetune_artifact.pipeline, finetune_trainjob.pipeline)}
+VOLUME_KINDS = (finetune.pipeline.KIND, finetune_artifact.pipeline.KIND,
+                finetune_trainjob.pipeline.KIND)  # mount a PVC
+# Kinds whose GPU pods are a TrainJob's (claims from its runtime): no claim mode in the name.
+TRAINJOB_KINDS = (finetune_trainjob.pipeline.KIND,)
+TRAINJOB_TEMPLATES = ("mig-1g-6gb", "gpus-2")
 KINDS = tuple(PIPELINES)
 GPU_EXECUTORS = {
     demo.pipeline.KIND: ("exec-smoke", "exec-finetune"),
     canary.pipeline.KIND: ("exec-smoke",),
     finetune.pipeline.KIND: ("exec-smoke", "exec-finetune"),
     finetune_artifact.pipeline.KIND: ("exec-smoke", "exec-finetune"),
+    finetune_trainjob.pipeline.KIND: (),  # the TrainJob's pods claim, not the KFP step
 }
 
 
@@ -41,6 +46,8 @@ class Variant:
 
     @property
     def filename(self) -> str:
+        if self.kind in TRAINJOB_KINDS:
+            return f"{self.kind}.{self.template}.yaml"
         return f"{self.kind}.{self.mode.value}.{self.template}.yaml"
 
     def build(self) -> Callable:
@@ -54,7 +61,9 @@ class Variant:
 VARIANTS = (
     *(Variant(demo.pipeline.KIND, t, m) for m in ClaimMode for t in TEMPLATES),
     *(Variant(canary.pipeline.KIND, t, ClaimMode.POLICY) for t in TEMPLATES),
-    *(Variant(k, t, m) for k in VOLUME_KINDS for m in ClaimMode for t in TEMPLATES),
+    *(Variant(k, t, m) for k in VOLUME_KINDS if k not in TRAINJOB_KINDS for m in ClaimMode
+      for t in TEMPLATES),
+    *(Variant(k, t, ClaimMode.POLICY) for k in TRAINJOB_KINDS for t in TRAINJOB_TEMPLATES),
 )
 
 

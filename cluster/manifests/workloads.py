@@ -13,6 +13,7 @@ Every pod gets its claim from :func:`.podclaim.with_claim`, the shape KFP task p
 
 from __future__ import annotations
 
+from draslice.cluster.manifests.kueue import QUEUE_LABEL, check_queue_name
 from draslice.cluster.manifests.podclaim import with_claim
 from draslice.cluster.names import validate_dns_label, validate_template_name
 from draslice.cluster.templates import devices_per_pod
@@ -145,11 +146,13 @@ def training_runtime(template: str, image: str, namespace: str | None = None) ->
 
 def trainjob(template: str, namespace: str | None = None, num_nodes: int = 1,
              num_proc_per_node: int | None = None, name: str | None = None,
-             args: list[str] | None = None, volume: tuple[str, str] | None = None) -> dict:
+             args: list[str] | None = None, volume: tuple[str, str] | None = None,
+             queue: str | None = None) -> dict:
     """A TrainJob on the runtime of ``template`` (:func:`training_runtime`): ``num_nodes`` pods,
     each with its own claim from the template, of ``num_proc_per_node`` torchrun processes
     (default: one per device a pod gets). ``args`` replace the runtime's ``draslice train``
-    options; ``volume`` (PVC name, mount path) is mounted on every trainer pod."""
+    options; ``volume`` (PVC name, mount path) is mounted on every trainer pod; with ``queue``
+    Kueue admits the TrainJob against that LocalQueue's quota."""
     if num_proc_per_node is None:
         num_proc_per_node = devices_per_pod(template)
     check_topology(template, num_nodes, num_proc_per_node)
@@ -172,7 +175,9 @@ def trainjob(template: str, namespace: str | None = None, num_nodes: int = 1,
                             "volumeMounts": [{"name": DATA_VOLUME, "mountPath": mount_path}]}],
         }]
     return {"apiVersion": TRAINER_API, "kind": "TrainJob",
-            "metadata": _meta(name or default[:63].rstrip("-"), namespace), "spec": spec}
+            "metadata": _meta(name or default[:63].rstrip("-"), namespace,
+                              {QUEUE_LABEL: check_queue_name(queue)} if queue else None),
+            "spec": spec}
 
 
 def workloads(template: str, image: str, namespace: str | None = None, num_nodes: int = 1,
