@@ -21,13 +21,16 @@ from draslice.trainer.presets import DEMO, FINETUNE
 
 KFP_TYPES = {int: "Integer", float: "Float", bool: "Boolean", str: "String"}
 # Pipeline parameters that are not fine-tune knobs: preflight's, and the artifact's address.
-PIPELINE_OWN = {"on_missing_dra", "preflight_source", "base_model_uri"}
+PIPELINE_OWN = {"on_missing_dra", "preflight_source", "base_model_uri",
+                "num_nodes", "num_proc_per_node", "timeout_minutes"}  # the last three: TrainJob
 # kind -> (the knobs it exposes, where their values start)
 EXPECTED = {
     "sft": (set(DEMO.exposed), DEMO.default),
     "finetune": (set(FINETUNE.exposed), FINETUNE.default),
     "finetune-artifact": (set(FINETUNE.exposed) - {"model_dir"}, FINETUNE.default),
     "canary": ({"device"}, lambda name: KNOBS[name].default),
+    # validate's knobs stay out: the TrainJob's outputs are not validated in this pipeline
+    "finetune-trainjob": (set(FINETUNE.exposed) - set(VERDICT_KNOBS), FINETUNE.default),
 }
 
 
@@ -98,8 +101,8 @@ def test_each_knob_parameter_reaches_the_task_input_of_the_same_name(kind):
     pipeline = PIPELINES[kind].build()
     tasks = _tasks(json_format.MessageToDict(pipeline.pipeline_spec))
     wired = {}
-    for task in ("finetune", "validate"):
-        for name, value in tasks[task]["inputs"].get("parameters", {}).items():
+    for task in ("finetune", "validate", "trainjob"):
+        for name, value in tasks.get(task, {}).get("inputs", {}).get("parameters", {}).items():
             source = value.get("componentInputParameter", "")
             if source.startswith("pipelinechannel--"):
                 wired[name] = source.removeprefix("pipelinechannel--")
