@@ -120,3 +120,34 @@ def test_each_pod_claims_and_the_processes_match_its_devices():
     assert "--nnodes" not in node["command"] + node["args"]
     assert runtime["spec"]["mlPolicy"]["torch"] == {"numProcPerNode": 2}
     assert job["spec"]["trainer"] == {"numNodes": 1, "numProcPerNode": 2}
+
+
+@pytest.mark.slow  # torchrun starts two Python processes: about 10 s on a busy CI machine
+def test_the_runtime_command_starts_numprocpernode_processes_from_trainers_variables():
+    """The runtime's command, as the Trainer controller runs it: with only the PET_* variables
+    its torch plugin sets, torchrun starts PET_NPROC_PER_NODE copies of `draslice train`."""
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    runtime = workloads.training_runtime("gpus-2", IMAGE)
+    (node,) = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"]["spec"]["containers"]
+    command = [sys.executable if node["command"][0] == "python" else node["command"][0],
+               *node["command"][1:], "--help"]
+    bin_dir = str(Path(shutil.which("draslice") or Path(sys.executable).with_name("draslice"))
+                  .parent)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+           "PET_NNODES": "1", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "0",
+           "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(port)}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (done.stdout + done.stderr).count("Usage: draslice train") == 2
