@@ -31,7 +31,7 @@ NOT_KNOBS = {
     "run_id": "The pipeline run: names the TrainJob and its folders on the volume, so a "
               "retried step waits for the same TrainJob and a retried job resumes.",
     "namespace": "Namespace of the TrainJob; empty: this pod's own.",
-    "kueue_queue": "Kueue LocalQueue the TrainJob joins (its label kueue.x-k8s.io/queue-name); "
+    "kueue_queue": "Kueue LocalQueue the TrainJob joins (Kueue's queue-name label on it); "
                    "empty: none.",
     "timeout_minutes": "The TrainJob is deleted, and the step fails, when it has not ended by "
                        "then.",

@@ -68,7 +68,7 @@ def _rendered() -> list[tuple[str, dict]]:
             template, IMAGE, "team-a", pods)["trainjob"]]
     docs.append(("kfp-step", workloads.trainjob(
         "gpus-4", "team-a", 2, name="run-1", args=["--steps", "5"],
-        volume=("draslice-data", "/data"))))
+        volume=("draslice-data", "/data"), queue="gpu-slices")))
     return docs
 
 
@@ -106,6 +106,15 @@ def test_the_check_fails_on_an_unknown_or_wrong_field(where):
         doc = copy.deepcopy(runtime)
         doc["spec"]["mlPolicy"]["torch"]["numProcPerNode"] = 1.5
     assert errors(doc), where
+
+
+def test_the_kfp_steps_trainjob_joins_the_queue_and_mounts_the_volume():
+    ((_, job),) = [(n, d) for n, d in RENDERED if n == "kfp-step"]
+    assert job["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "gpu-slices"}
+    (override,) = job["spec"]["podSpecOverrides"]
+    assert override["targetJobs"] == [{"name": "node"}]
+    assert override["containers"] == [{"name": "node", "volumeMounts": [
+        {"name": "data", "mountPath": "/data"}]}]
 
 
 def test_each_pod_claims_and_the_processes_match_its_devices():
