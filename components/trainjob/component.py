@@ -112,10 +112,18 @@ def trainjob(
     adapter.metadata.update({"framework": "peft", "lora_r": lora_r, "trainjob": f"{ns}/{name}",
                              "num_nodes": trainer["numNodes"],
                              "num_proc_per_node": trainer["numProcPerNode"]})
+    metrics_file = os.path.join(out_dir, "metrics.jsonl")  # what `draslice train` writes
+    last = ""
+    if os.path.isfile(metrics_file):
+        with open(metrics_file) as f:
+            lines = [line for line in f.read().splitlines() if line.strip()]
+        last = lines[-1] if lines else ""
     with open(report.path, "w") as f:
         f.write(f"# TrainJob {ns}/{name}: Complete\n\n"
                 f"{trainer['numNodes']} pod(s) × {trainer['numProcPerNode']} process(es), "
                 f"each pod claiming `{claim_template}`; outputs copied from `{out_dir}`.\n")
+        if last:
+            f.write(f"\nLast metrics line:\n\n```json\n{last}\n```\n")
     print(f"TrainJob {ns}/{name}: Complete; outputs in {out_dir}")
     return namedtuple("TrainJobOutputs", ["job", "state"])(f"{ns}/{name}", "Complete")
 
