@@ -133,3 +133,35 @@ def test_without_the_role_the_step_says_what_to_apply(cluster, api):
     other = client.CustomObjectsApi(api_client(str(kubeconfig)))
     with pytest.raises(TrainJobFailed, match=r"HTTP 403 .*draslice manifests rbac --trainjobs"):
         _launch(other, "run-denied", timeout_s=5)
+
+
+def test_the_component_copies_what_the_trainjob_wrote(cluster, api, tmp_path, monkeypatch):
+    """The whole step (trainjob.python_func) as KFP runs it, with the volume a local folder:
+    the 'controller' writes rank 0's outputs where the TrainJob's args say, then Complete."""
+    from kfp import dsl
+
+    from draslice.components.trainjob import trainjob
+    from draslice.components.trainjob.launch import RUNS_DIR, job_name
+
+    _, kubeconfig = cluster.cp.as_service_account(NAMESPACE, SA)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    name = job_name("run-component")
+    out = tmp_path / "volume" / RUNS_DIR / name
+    (out / "adapter").mkdir(parents=True)
+    (out / "adapter" / "adapter_config.json").write_text("{}")
+    (out / "metrics.jsonl").write_text('{"step": 5, "loss": 1.5}\n')
+    end_when_created(cluster, name, "Complete", "JobSet completed")
+    adapter = dsl.Model(name="adapter", uri=str(tmp_path / "adapter"), metadata={})
+    report = dsl.Markdown(name="report", uri=str(tmp_path / "report.md"), metadata={})
+    result = trainjob.python_func(
+        claim_template=TEMPLATE, adapter=adapter, report=report, num_nodes=2,
+        mount_path=str(tmp_path / "volume"), run_id="run-component", namespace=NAMESPACE,
+        timeout_minutes=1, steps=5)
+    assert result.job == f"{NAMESPACE}/{name}" and result.state == "Complete"
+    assert (tmp_path / "adapter" / "adapter" / "adapter_config.json").is_file()
+    assert adapter.metadata["num_nodes"] == 2 and adapter.metadata["num_proc_per_node"] == 1
+    text = (tmp_path / "report.md").read_text()
+    assert "2 pod(s) × 1 process(es)" in text and '"loss": 1.5' in text
+    stored = _job(cluster, name)
+    assert stored["spec"]["trainer"]["args"][:2] == ["--output-dir", str(out)]
