@@ -30,6 +30,9 @@ TRAINER_CONTAINER = "node"  # Trainer v2 runs the trainer in the container "node
 TORCHRUN = ("python", "-m", "torch.distributed.run", "--no-python", "draslice", "train")
 OUTPUT_DIR = "/tmp/draslice-out"
 DATA_VOLUME = "data"
+# Trainer names the JobSet, its Job and the pods' hostnames after a TrainJob
+# (<name>-node-0-0.<name> is torchrun's master address): a short name keeps them DNS labels.
+MAX_TRAINJOB_NAME = 40
 
 # The pod security the trainer image is built for (uid 1000, Pod Security "restricted").
 _SECURITY = {
@@ -175,7 +178,7 @@ def trainjob(template: str, namespace: str | None = None, num_nodes: int = 1,
                             "volumeMounts": [{"name": DATA_VOLUME, "mountPath": mount_path}]}],
         }]
     return {"apiVersion": TRAINER_API, "kind": "TrainJob",
-            "metadata": _meta(name or default[:63].rstrip("-"), namespace,
+            "metadata": _meta(name or default[:MAX_TRAINJOB_NAME].rstrip("-"), namespace,
                               {QUEUE_LABEL: check_queue_name(queue)} if queue else None),
             "spec": spec}
 

@@ -41,12 +41,12 @@ class TrainJobFailed(DrasliceError):
 def job_name(run_id: str) -> str:
     """A TrainJob name for a pipeline run: a DNS label, stable across retries of the step.
 
-    Trainer names the JobSet and its pods after it, so it stays short (<= 40 characters)."""
+    Trainer names the JobSet and its pods after it, so it stays short (``MAX_TRAINJOB_NAME``)."""
     if not run_id:
         raise InvalidParameter("run_id", run_id, "must name the pipeline run (its job id)")
     text = re.sub(r"[^a-z0-9-]+", "-", run_id.lower()).strip("-")
     digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
-    return f"draslice-{text[:22].strip('-')}-{digest}"
+    return f"draslice-{text[:22].strip('-')}-{digest}"  # 9 + 22 + 1 + 8 characters at most
 
 
 def train_args(knobs: Mapping[str, Any], output_dir: str) -> list[str]:

@@ -9,6 +9,7 @@ import inspect
 
 import pytest
 
+from draslice.cluster.manifests.workloads import MAX_TRAINJOB_NAME
 from draslice.components.trainjob import trainjob
 from draslice.components.trainjob.component import NOT_KNOBS
 from draslice.components.trainjob.launch import condition, job_name, train_args
@@ -20,7 +21,7 @@ from draslice.trainer.presets import FINETUNE
 def test_job_name_is_a_short_stable_dns_label():
     name = job_name("3F2a_9c1e-UUID-of-a-very-long-kfp-run-0123456789")
     assert name == job_name("3F2a_9c1e-UUID-of-a-very-long-kfp-run-0123456789")
-    assert len(name) <= 40 and name.startswith("draslice-3f2a-9c1e-")
+    assert len(name) <= MAX_TRAINJOB_NAME and name.startswith("draslice-3f2a-9c1e-")
     assert name != job_name("3F2a_9c1e-UUID-of-a-very-long-kfp-run-other")
     with pytest.raises(InvalidParameter, match="run_id"):
         job_name("")
