@@ -129,7 +129,7 @@ def wait(api, namespace: str, name: str, timeout_s: float, poll_s: float = 10.0,
         if clock() >= deadline:
             try:
                 api.delete_namespaced_custom_object(TRAINER_GROUP, VERSION, namespace, PLURAL,
-                                                    name, propagation_policy="Foreground")
+                                                    name, propagation_policy="Background")
             except ApiException as exc:
                 if exc.status != 404:
                     raise _api_error(exc, f"deleting TrainJob {name}", namespace) from None

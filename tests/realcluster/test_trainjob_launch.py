@@ -5,7 +5,7 @@ KFP's pipeline-runner with only the Role `draslice manifests rbac --trainjobs` g
 No Trainer controller runs here, so the test plays its part in one place only: it sets the
 TrainJob's ``Complete`` or ``Failed`` condition through the status subresource, as the
 controller does when the JobSet ends. Creating, reading, the retry that finds the same
-TrainJob, the deletion on timeout (with the garbage collector's foreground deletion) and the
+TrainJob, the deletion on timeout and the
 refusal without the Role are the real server's.
 """
 
@@ -140,12 +140,14 @@ def test_the_component_copies_what_the_trainjob_wrote(cluster, api, tmp_path, mo
     the 'controller' writes rank 0's outputs where the TrainJob's args say, then Complete."""
     from kfp import dsl
 
+    from draslice.cluster import live
     from draslice.components.trainjob import trainjob
     from draslice.components.trainjob.launch import RUNS_DIR, job_name
 
     _, kubeconfig = cluster.cp.as_service_account(NAMESPACE, SA)
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    as_runner = live.api_client
+    # In a task pod the step loads the pod's service account; here, that account's kubeconfig.
+    monkeypatch.setattr(live, "api_client", lambda: as_runner(str(kubeconfig)))
     name = job_name("run-component")
     out = tmp_path / "volume" / RUNS_DIR / name
     (out / "adapter").mkdir(parents=True)
