@@ -10,7 +10,13 @@ Two kinds, as in the seed guide:
 - a MIG slice: DeviceClass ``mig.nvidia.com`` and a CEL selector on the published ``profile``
   attribute (``1g.6gb`` -> template ``mig-1g-6gb``);
 - a shared full GPU: DeviceClass ``gpu.nvidia.com`` with an opaque ``GpuConfig`` that asks the
-  NVIDIA driver for TimeSlicing (an interval) or MPS (active thread percentage, pinned memory).
+  NVIDIA driver for TimeSlicing (an interval) or MPS (active thread percentage, pinned memory);
+- K whole GPUs in one pod (``gpus-K``): DeviceClass ``gpu.nvidia.com``, ExactCount ``K``, for
+  ``torchrun --nproc-per-node K`` in that pod (docs/trainjob.md).
+
+Several slices over several pods need no template of their own: each pod that names a
+template in ``spec.resourceClaims`` gets its own ResourceClaim made from it, so N pods of a
+TrainJob on ``mig-1g-6gb`` claim N slices.
 
 Kept free of kfp imports: task pods import it at run time.
 """
@@ -30,6 +36,8 @@ GPU_CLASS = "gpu.nvidia.com"
 RESOURCE_API = "resource.k8s.io/v1"
 GPU_CONFIG_API = "resource.nvidia.com/v1beta1"
 REQUEST_NAME = "gpu-slice"  # the seed guide's request name
+# One allocation holds at most 32 devices (k8s.io/api resource/v1 AllocationResultsMaxSize).
+MAX_GPUS_PER_POD = 32
 TIMESLICE_INTERVALS = ("Default", "Short", "Medium", "Long")
 SHARING_STRATEGIES = ("TimeSlicing", "MPS")
 
@@ -166,3 +174,34 @@ def shared_gpu_claim_template(
         }
     ]
     return _template(name or sharing.default_name(), namespace, request, config)
+
+
+def gpus_template_name(count: int) -> str:
+    """``2`` -> ``gpus-2``."""
+    return f"gpus-{check_gpu_count(count)}"
+
+
+def check_gpu_count(count: int) -> int:
+    if isinstance(count, bool) or not isinstance(count, int) or not (
+            1 <= count <= MAX_GPUS_PER_POD):
+        raise InvalidParameter(
+            "gpus", count, f"must be a whole number of GPUs per pod, 1..{MAX_GPUS_PER_POD}")
+    return count
+
+
+def gpus_claim_template(count: int, namespace: str | None = None, name: str | None = None) -> dict:
+    """Exactly ``count`` whole GPUs in one pod (not shared): one device per torchrun process."""
+    request = {
+        "name": REQUEST_NAME,
+        "exactly": {"deviceClassName": GPU_CLASS, "allocationMode": "ExactCount",
+                    "count": check_gpu_count(count)},
+    }
+    return _template(name or gpus_template_name(count), namespace, request, [])
+
+
+def devices_per_pod(template: str) -> int:
+    """How many devices a pod claiming ``template`` gets, so as many torchrun processes: K for
+    ``gpus-K``, else one (a MIG slice or a shared GPU: one device; CUDA gives a process one MIG
+    device only)."""
+    found = re.fullmatch(r"gpus-([1-9][0-9]*)", template)
+    return int(found.group(1)) if found else 1

@@ -49,8 +49,12 @@ class _PipelineModules(Mapping[str, ModuleType]):
 TEMPLATES = ("mig-1g-6gb", "shared-gpu-timeslice")
 # Each pipeline's module (pipelines/<folder>/pipeline.py) by its kind: the compiled file's stem.
 PIPELINES = _PipelineModules({"sft": "demo", "canary": "canary", "finetune": "finetune",
-                              "finetune-artifact": "finetune_artifact", "sweep": "sweep"})
-VOLUME_KINDS = ("finetune", "finetune-artifact", "sweep")  # mount a PVC
+                              "finetune-artifact": "finetune_artifact", "sweep": "sweep",
+                              "finetune-trainjob": "finetune_trainjob"})
+VOLUME_KINDS = ("finetune", "finetune-artifact", "sweep", "finetune-trainjob")  # mount a PVC
+# Kinds whose GPU pods are a TrainJob's (claims from its runtime): no claim mode in the name.
+TRAINJOB_KINDS = ("finetune-trainjob",)
+TRAINJOB_TEMPLATES = ("mig-1g-6gb", "gpus-2")
 KINDS = tuple(PIPELINES)
 GPU_EXECUTORS = {
     "sft": ("exec-smoke", "exec-finetune"),
@@ -58,6 +62,7 @@ GPU_EXECUTORS = {
     "finetune": ("exec-smoke", "exec-finetune"),
     "finetune-artifact": ("exec-smoke", "exec-finetune"),
     "sweep": ("exec-smoke", "exec-finetune"),  # in every iteration
+    "finetune-trainjob": (),  # the TrainJob's pods claim, not the KFP step
 }
 # The preset each fine-tuning pipeline's parameters come from (the canary has none).
 PRESETS: dict[str, Preset] = {"sft": DEMO, "finetune": FINETUNE, "finetune-artifact": FINETUNE}
@@ -93,6 +98,8 @@ class Variant:
 
     @property
     def filename(self) -> str:
+        if self.kind in TRAINJOB_KINDS:
+            return f"{self.kind}.{self.template}.yaml"
         return f"{self.kind}.{self.mode.value}.{self.template}.yaml"
 
     def build(self) -> Callable:
@@ -107,7 +114,9 @@ class Variant:
 VARIANTS = (
     *(Variant("sft", t, m) for m in ClaimMode for t in TEMPLATES),
     *(Variant("canary", t, ClaimMode.POLICY) for t in TEMPLATES),
-    *(Variant(k, t, m) for k in VOLUME_KINDS for m in ClaimMode for t in TEMPLATES),
+    *(Variant(k, t, m) for k in VOLUME_KINDS if k not in TRAINJOB_KINDS for m in ClaimMode
+      for t in TEMPLATES),
+    *(Variant(k, t, ClaimMode.POLICY) for k in TRAINJOB_KINDS for t in TRAINJOB_TEMPLATES),
 )
 
 

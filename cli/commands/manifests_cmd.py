@@ -54,11 +54,14 @@ def manifests() -> None:
               help="MPS: default active thread percentage (1-100).")
 @click.option("--pinned-memory-limit", default=None,
               help="MPS: default pinned device memory limit, a quantity such as 10Gi.")
+@click.option("--gpus", "gpu_counts", multiple=True, type=int, metavar="K",
+              help="K whole GPUs in one pod, template gpus-K (repeatable): torchrun with K "
+                   "processes in a pod.")
 @click.option("--namespace", default="kubeflow", show_default=True, help=_NS_HELP)
 @_OUT
 def claim_templates_cmd(profiles, shared, interval, active_thread_percentage,
-                        pinned_memory_limit, namespace, out_dir) -> None:
-    """ResourceClaimTemplates: one MIG slice per pod, or a shared full GPU.
+                        pinned_memory_limit, gpu_counts, namespace, out_dir) -> None:
+    """ResourceClaimTemplates: one MIG slice per pod, a shared full GPU, or K whole GPUs.
 
     A MIG template is named after its profile (1g.6gb -> mig-1g-6gb) and selects devices
     with CEL on the published profile attribute; a shared template asks the NVIDIA driver for
@@ -70,6 +73,7 @@ def claim_templates_cmd(profiles, shared, interval, active_thread_percentage,
       draslice manifests claim-templates --profile 1g.6gb | kubectl apply -f -
       draslice manifests claim-templates --profile 1g.6gb --profile 2g.12gb --namespace team-a
       draslice manifests claim-templates --shared timeslicing --interval Long
+      draslice manifests claim-templates --gpus 2 --gpus 8
       draslice manifests claim-templates --shared mps --active-thread-percentage 50 \\
           --pinned-memory-limit 10Gi
     """
@@ -93,7 +97,7 @@ def claim_templates_cmd(profiles, shared, interval, active_thread_percentage,
                                   pinned_memory_limit=pinned_memory_limit)
         for mode in shared
     ]
-    docs = claim_templates(profiles, sharings, namespace)
+    docs = claim_templates(profiles, sharings, namespace, gpu_counts)
     _emit(out_dir, "claim-templates.yaml", yamlio.dump(docs))
 
 
@@ -101,8 +105,11 @@ def claim_templates_cmd(profiles, shared, interval, active_thread_percentage,
 @click.option("--namespace", default="kubeflow", show_default=True, help=_NS_HELP)
 @click.option("--service-account", default="pipeline-runner", show_default=True,
               help="Service account KFP runs task pods as; KFP multi-user uses default-editor.")
+@click.option("--trainjobs", is_flag=True,
+              help="Instead: the Role the finetune-trainjob pipelines' step needs (create, get "
+                   "and delete Kubeflow Trainer TrainJobs in the namespace).")
 @_OUT
-def rbac_cmd(namespace: str, service_account: str, out_dir: str | None) -> None:
+def rbac_cmd(namespace: str, service_account: str, trainjobs: bool, out_dir: str | None) -> None:
     """Read-only DRA access for the KFP service account, and nothing more.
 
     A ClusterRole + ClusterRoleBinding for deviceclasses and resourceslices, and a Role +
@@ -113,9 +120,14 @@ def rbac_cmd(namespace: str, service_account: str, out_dir: str | None) -> None:
     Examples:
       draslice manifests rbac | kubectl apply -f -
       draslice manifests rbac --namespace team-a --service-account default-editor
+      draslice manifests rbac --trainjobs | kubectl apply -f -
     """
     from draslice.cluster.manifests import rbac, yamlio
 
+    if trainjobs:
+        _emit(out_dir, "rbac-trainjob.yaml",
+              yamlio.dump(rbac.trainjob_rbac(namespace, service_account)))
+        return
     _emit(out_dir, "rbac.yaml", yamlio.dump(rbac.rbac(namespace, service_account)))
 
 
@@ -160,24 +172,34 @@ def admission_policy_cmd(engine: str, namespace: str, out_dir: str | None) -> No
 @click.option("--kind", "kinds", multiple=True,
               type=click.Choice(["smoke-pod", "job", "trainjob"]),
               help="Only these (repeatable); default all three.")
+@click.option("--num-nodes", type=int, default=1, show_default=True,
+              help="trainjob: pods, each with its own claim from --template.")
+@click.option("--num-proc-per-node", type=int, default=None,
+              help="trainjob: torchrun processes per pod; one per device the template gives a "
+                   "pod (gpus-K: K, else 1), which is the default.")
 @_OUT
-def workloads_cmd(template: str, namespace: str, image: str | None, kinds, out_dir) -> None:
+def workloads_cmd(template: str, namespace: str, image: str | None, kinds, num_nodes,
+                  num_proc_per_node, out_dir) -> None:
     """Run the smoke test or the SFT outside KFP on the same image and claim.
 
     smoke-pod: the GPU-slicing guide's smoke Pod (`draslice smoke`, label app=dra-smoke). job: a
     batch Job running `draslice train` (adapt its pod template for Volcano). trainjob: a
-    Kubeflow Trainer v2 TrainingRuntime + TrainJob running `draslice train`.
+    Kubeflow Trainer v2 TrainingRuntime + TrainJob running `draslice train` under torchrun,
+    --num-nodes pods of --num-proc-per-node processes (docs/trainjob.md).
 
     \b
     Examples:
       draslice manifests workloads --kind smoke-pod | kubectl create -f -
       kubectl -n kubeflow logs -l app=dra-smoke --tail=40
       draslice manifests workloads --template mig-2g-12gb --kind trainjob --namespace team-a
+      draslice manifests workloads --template mig-1g-6gb --kind trainjob --num-nodes 4
+      draslice manifests workloads --template gpus-2 --kind trainjob
     """
     from draslice.cluster.manifests import workloads, yamlio
     from draslice.components.image import trainer_image
 
-    rendered = workloads.workloads(template, trainer_image(image), namespace)
+    rendered = workloads.workloads(template, trainer_image(image), namespace, num_nodes,
+                                   num_proc_per_node)
     chosen = [k for k in rendered if not kinds or k in kinds]
     if out_dir is None:
         click.echo(yamlio.dump([d for k in chosen for d in rendered[k]]), nl=False)

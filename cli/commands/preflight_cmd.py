@@ -31,6 +31,12 @@ class _PreflightCommand(JsonErrorCommand):
                                 "profile, e.g. 1g.10gb (exact string as published).")
 @click.option("--shared", type=click.Choice(["timeslicing", "mps"]),
               help="Evaluate the shared full-GPU template (time-slicing or MPS).")
+@click.option("--gpus", type=int, metavar="K",
+              help="Evaluate the template for K whole GPUs in one pod (gpus-K): do K fit on "
+                   "one node?")
+@click.option("--pods", type=int, metavar="N",
+              help="N pods, each its own claim from the template (a TrainJob's numNodes): "
+                   "placed one after another, each against the allocations before it.")
 @click.option("--namespace", "-n", default="", help="Namespace of --template (and of the "
               "claims, if you may not list them cluster-wide). Default: any namespace.")
 @click.option("--on-missing-dra", type=click.Choice(["skip", "fail"]), default="skip",
@@ -46,8 +52,9 @@ class _PreflightCommand(JsonErrorCommand):
               help="Kubeconfig file for the live read (default: $KUBECONFIG, ~/.kube/config, "
                    "or the pod's service account).")
 @click.option("--context", help="Kubeconfig context for the live read.")
-def preflight(snapshot_file, template_name, template_file, profile, shared, namespace,
-              on_missing_dra, kubernetes_version, as_json, kubeconfig, context) -> None:
+def preflight(snapshot_file, template_name, template_file, profile, shared, gpus, pods,
+              namespace, on_missing_dra, kubernetes_version, as_json, kubeconfig,
+              context) -> None:
     """Check that the cluster can allocate a GPU slice, the way the scheduler would decide.
 
     Reads DeviceClasses, ResourceSlices (v1, v1beta2, v1beta1, v1alpha3), ResourceClaims and
@@ -72,6 +79,8 @@ def preflight(snapshot_file, template_name, template_file, profile, shared, name
       draslice preflight --profile 1g.10gb                # a MIG slice of 1g.10gb
       draslice preflight --template mig-1g-10gb -n kubeflow
       draslice preflight --snapshot dump.yaml --shared timeslicing --json
+      draslice preflight --profile 1g.6gb --pods 4      # a TrainJob of 4 pods, a slice each
+      draslice preflight --gpus 4                       # 4 whole GPUs in one pod
       kubectl get deviceclasses,resourceslices,resourceclaims,resourceclaimtemplates \\
           -A -o yaml > dump.yaml
     """
@@ -87,7 +96,8 @@ def preflight(snapshot_file, template_name, template_file, profile, shared, name
 
         kubernetes_version = check_version(kubernetes_version)
     chosen = [n for n, v in (("--template", template_name), ("--template-file", template_file),
-                             ("--profile", profile), ("--shared", shared)) if v is not None]
+                             ("--profile", profile), ("--shared", shared), ("--gpus", gpus))
+              if v is not None]
     if len(chosen) > 1:
         raise InvalidParameter("template", " ".join(chosen), "give at most one of them")
     if template_name is not None and not template_name:
@@ -95,14 +105,31 @@ def preflight(snapshot_file, template_name, template_file, profile, shared, name
     template = None
     if template_file is not None:
         template = template_from_file(template_file)
+    elif gpus is not None:
+        from draslice.cluster.templates import gpus_claim_template
+
+        template = gpus_claim_template(gpus, namespace=namespace or None)
     elif profile is not None or shared is not None:
         template = built_template(profile, shared, namespace)
+    if pods is not None:
+        from draslice.cluster.pods import check_pods
+
+        check_pods(pods)
+        if template is None and not template_name:
+            raise InvalidParameter("pods", pods, "needs a template: --template, "
+                                   "--template-file, --profile, --shared or --gpus")
     snapshot = read_snapshot(snapshot_file or "live", namespace or None, kubeconfig, context)
     if template_name:
         template = template_from_cluster(snapshot, template_name, namespace or None)
     from draslice.cluster.render import to_json, to_text
 
-    report = cluster_preflight(snapshot, template, on_missing_dra, kubernetes_version)
+    if pods is not None and template is not None:
+        from draslice.cluster.pods import pods_preflight
+
+        report = pods_preflight(snapshot, template, pods, lambda snap, t: cluster_preflight(
+            snap, t, on_missing_dra, kubernetes_version))
+    else:
+        report = cluster_preflight(snapshot, template, on_missing_dra, kubernetes_version)
     if template_name and report.template is None:
         report.template = template_name
     click.echo(to_json(report) if as_json else to_text(report), nl=False)

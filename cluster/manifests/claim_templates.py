@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from draslice.cluster.templates import Sharing, mig_claim_template, shared_gpu_claim_template
+from draslice.cluster.templates import (
+    Sharing,
+    gpus_claim_template,
+    mig_claim_template,
+    shared_gpu_claim_template,
+)
 from draslice.errors import InvalidParameter
 
 SHARED_STRATEGIES = {"timeslicing": "TimeSlicing", "mps": "MPS"}
@@ -41,15 +46,18 @@ def claim_templates(
     profiles: Sequence[str] = (),
     sharings: Sequence[Sharing] = (),
     namespace: str | None = None,
+    gpu_counts: Sequence[int] = (),
 ) -> list[dict]:
-    """One template per MIG profile, then one per shared-GPU setting, in the order given."""
-    if not profiles and not sharings:
+    """One template per MIG profile, then one per shared-GPU setting, then one per count of
+    whole GPUs in a pod, in the order given."""
+    if not profiles and not sharings and not gpu_counts:
         raise InvalidParameter(
             "profile", None,
-            "give at least one --profile (e.g. 1g.6gb) or --shared timeslicing|mps",
+            "give at least one --profile (e.g. 1g.6gb), --shared timeslicing|mps or --gpus K",
         )
     docs = [mig_claim_template(p, namespace) for p in profiles]
     docs += [shared_gpu_claim_template(s, namespace) for s in sharings]
+    docs += [gpus_claim_template(k, namespace) for k in gpu_counts]
     names = [d["metadata"]["name"] for d in docs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

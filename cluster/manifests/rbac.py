@@ -56,6 +56,35 @@ def rbac(
     ]
 
 
+TRAINJOB_NAME = "draslice-trainjob-launcher"
+TRAINER_GROUP = "trainer.kubeflow.org"
+# What the finetune-trainjob step does with TrainJobs (components/trainjob/launch.py): create
+# one, read its status until it ends, delete it on timeout. It reads no runtime: the TrainJob
+# names its runtime and the Trainer controller resolves it.
+TRAINJOB_VERBS = ["create", "get", "delete"]
+
+
+def trainjob_rbac(
+    namespace: str = DEFAULT_NAMESPACE, service_account: str = DEFAULT_SERVICE_ACCOUNT
+) -> list[dict]:
+    """Role + RoleBinding: the KFP step that launches a TrainJob may create, read and delete
+    TrainJobs in its own namespace, and nothing else."""
+    validate_dns_label(namespace, "namespace")
+    _check_service_account(service_account)
+    return [
+        {"apiVersion": RBAC_API, "kind": "Role",
+         "metadata": {"name": TRAINJOB_NAME, "namespace": namespace},
+         "rules": [{"apiGroups": [TRAINER_GROUP], "resources": ["trainjobs"],
+                    "verbs": TRAINJOB_VERBS}]},
+        {"apiVersion": RBAC_API, "kind": "RoleBinding",
+         "metadata": {"name": f"{TRAINJOB_NAME}-{service_account}"[:253],
+                      "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": TRAINJOB_NAME},
+         "subjects": [_subject(namespace, service_account)]},
+    ]
+
+
 def _check_service_account(name: str) -> None:
     # A ServiceAccount name is a DNS-1123 subdomain; the common ones are labels too.
     if not isinstance(name, str) or len(name) > 253 or not re.match(

@@ -83,7 +83,8 @@ def test_trainer_runtime_and_trainjob():
     (node,) = pod["containers"]
     assert node["name"] == "node" and node["image"] == IMAGE
     assert node["resources"] == {"claims": [{"name": "mig-1g-6gb"}]}
-    assert node["command"] == ["draslice"] and node["args"][0] == "train"
+    assert node["command"] == list(workloads.TORCHRUN) and node["command"][-2:] == ["draslice",
+                                                                                      "train"]
     assert "nvidia.com/gpu" not in str(runtime)
 
 

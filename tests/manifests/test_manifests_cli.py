@@ -31,6 +31,38 @@ def test_claim_templates_from_profiles_and_sharing():
     assert sharing == {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}
 
 
+def test_claim_templates_for_whole_gpus():
+    out = docs(run("claim-templates", "--gpus", "2", "--gpus", "8"))
+    assert [d["metadata"]["name"] for d in out] == ["gpus-2", "gpus-8"]
+    (request,) = out[1]["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"] == {"deviceClassName": "gpu.nvidia.com",
+                                  "allocationMode": "ExactCount", "count": 8}
+    assert "config" not in out[1]["spec"]["spec"]["devices"]  # whole GPUs, not shared
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["claim-templates", "--gpus", "0"], "gpus=0: must be a whole number of GPUs per pod, 1..32"),
+    (["claim-templates", "--gpus", "33"], "gpus=33"),
+    (["workloads", "--kind", "trainjob", "--num-nodes", "0"], "num_nodes=0"),
+    (["workloads", "--kind", "trainjob", "--num-proc-per-node", "2"],
+     "num_proc_per_node=2: must be 1: a pod claiming mig-1g-6gb gets 1 device(s)"),
+    (["workloads", "--kind", "trainjob", "--template", "gpus-4", "--num-proc-per-node", "2"],
+     "must be 4"),
+])
+def test_bad_topology_is_one_line_exit_2(args, says):
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    assert says in result.output and "Traceback" not in result.output
+
+
+def test_trainjob_over_several_pods():
+    runtime, job = docs(run("workloads", "--kind", "trainjob", "--num-nodes", "4",
+                            "--namespace", "team-a"))
+    assert job["spec"]["trainer"] == {"numNodes": 4, "numProcPerNode": 1}
+    assert job["metadata"]["name"] == "draslice-sft-run-mig-1g-6gb-4-pods"
+    assert job["spec"]["runtimeRef"]["name"] == runtime["metadata"]["name"]
+
+
 def test_timeslicing_interval():
     (doc,) = docs(run("claim-templates", "--shared", "timeslicing", "--interval", "Long"))
     params = doc["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]

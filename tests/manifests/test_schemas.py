@@ -29,7 +29,7 @@ def _rendered() -> list[tuple[str, dict]]:
         ["1g.10gb+me", "4g.40gb"],
         [sharing_from_options("timeslicing", interval="Long"),
          sharing_from_options("mps", active_thread_percentage=30, pinned_memory_limit="4096Mi")],
-        "team-a",
+        "team-a", [1, 8, 32],
     )
     extra += rbac.rbac("team-a", "default-editor")
     for purpose in workloads.workloads("shared-gpu-mps", IMAGE, "team-a").values():

@@ -20,9 +20,11 @@ from draslice.trainer.config import FINETUNE_KNOBS, KNOBS, VERDICT_KNOBS
 from draslice.trainer.presets import DEMO, FINETUNE
 
 KFP_TYPES = {int: "Integer", float: "Float", bool: "Boolean", str: "String"}
-# Pipeline parameters that are not fine-tune knobs: preflight's, the artifact's address, and the
-# sweep's runs (each run's knobs come from its loop item: tests/pipelines/test_sweep.py).
-PIPELINE_OWN = {"on_missing_dra", "preflight_source", "base_model_uri", "configs", "preset"}
+# Pipeline parameters that are not fine-tune knobs: preflight's, the artifact's address, the
+# sweep's runs (each run's knobs come from its loop item: tests/pipelines/test_sweep.py), and the
+# TrainJob's shape.
+PIPELINE_OWN = {"on_missing_dra", "preflight_source", "base_model_uri", "configs", "preset",
+                "num_nodes", "num_proc_per_node", "timeout_minutes"}
 # kind -> (the knobs it exposes, where their values start)
 EXPECTED = {
     "sft": (set(DEMO.exposed), DEMO.default),
@@ -30,6 +32,8 @@ EXPECTED = {
     "finetune-artifact": (set(FINETUNE.exposed) - {"model_dir"}, FINETUNE.default),
     "canary": ({"device"}, lambda name: KNOBS[name].default),
     "sweep": (set(), FINETUNE.default),
+    # validate's knobs stay out: the TrainJob's outputs are not validated in this pipeline
+    "finetune-trainjob": (set(FINETUNE.exposed) - set(VERDICT_KNOBS), FINETUNE.default),
 }
 
 
@@ -100,8 +104,8 @@ def test_each_knob_parameter_reaches_the_task_input_of_the_same_name(kind):
     pipeline = PIPELINES[kind].build()
     tasks = _tasks(json_format.MessageToDict(pipeline.pipeline_spec))
     wired = {}
-    for task in ("finetune", "validate"):
-        for name, value in tasks[task]["inputs"].get("parameters", {}).items():
+    for task in ("finetune", "validate", "trainjob"):
+        for name, value in tasks.get(task, {}).get("inputs", {}).get("parameters", {}).items():
             source = value.get("componentInputParameter", "")
             if source.startswith("pipelinechannel--"):
                 wired[name] = source.removeprefix("pipelinechannel--")

@@ -1,0 +1,3 @@
+from draslice.components.trainjob.component import trainjob
+
+__all__ = ["trainjob"]
