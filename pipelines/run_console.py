@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import re
 import sys
 import threading
@@ -101,6 +102,8 @@ class RunOutput(io.TextIOBase):
 
     # -- the file protocol kfp.local and print() use --------------------------------------
     def write(self, text: str) -> int:
+        if self.log.closed:  # a logging handler kfp.local left holding this stream after the run
+            return len(text)
         self.log.write(text)
         if self.verbose:
             self.console.write(text)
@@ -111,7 +114,8 @@ class RunOutput(io.TextIOBase):
         return len(text)
 
     def flush(self) -> None:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         self.console.flush()
 
     def isatty(self) -> bool:
@@ -214,6 +218,8 @@ class RunOutput(io.TextIOBase):
 def captured(output: RunOutput) -> Iterator[RunOutput]:
     """kfp.local's stdout and Python warnings go through ``output`` (warnings: to its log
     only, unless verbose) for the time of the run."""
+    root = logging.getLogger()
+    handlers = list(root.handlers)
     with contextlib.redirect_stdout(output), warnings.catch_warnings():
         if not output.verbose:
             def to_log(message, category, filename, lineno, file=None, line=None) -> None:
@@ -225,4 +231,7 @@ def captured(output: RunOutput) -> Iterator[RunOutput]:
             yield output
         finally:
             output.close()
+            for handler in set(root.handlers) - set(handlers):  # bound to ``output``: it ends here
+                if getattr(handler, "stream", None) is output:
+                    root.removeHandler(handler)
     sys.stdout.flush()

@@ -33,7 +33,7 @@ def test_a_two_run_sweep_compares_the_runs_and_outputs_the_best_adapter(tmp_path
         "--runs-dir", str(tmp_path / "runs")])
     assert res.exit_code == 0, res.output
     assert "best of 2 runs: quick (lowest eval loss among the runs that passed" in res.output
-    (pipeline_dir,) = (tmp_path / "runs").glob("*/*")
+    (pipeline_dir,) = (p for p in (tmp_path / "runs").glob("*/*") if p.is_dir())
 
     summary = (pipeline_dir / "compare" / "summary").read_text()
     rows = [line for line in summary.splitlines() if line.startswith("| ")]
