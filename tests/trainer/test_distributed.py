@@ -132,6 +132,17 @@ def test_a_global_batch_smaller_than_the_processes_is_refused():
     assert err.value.exit_code == 2
 
 
+def test_fsdp_refuses_a_4bit_base_and_leaves_a_cuda_graph_to_an_explicit_choice():
+    from draslice.trainer import speed
+
+    with pytest.raises(InvalidParameter, match=r"fsdp.*load_in_4bit") as err:
+        SFTConfig(fsdp=True, load_in_4bit=True)
+    assert err.value.exit_code == 2
+    # auto captures the synthetic run's body as a CUDA graph, unless FSDP2 gathers inside it
+    assert speed.choose(SFTConfig(), True, print) == "cudagraphs"
+    assert speed.choose(SFTConfig(fsdp=True), True, print) == "off"
+
+
 # -- two processes on gloo ---------------------------------------------------------------------
 
 @pytest.mark.slow
