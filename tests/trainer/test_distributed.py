@@ -143,6 +143,31 @@ def test_fsdp_refuses_a_4bit_base_and_leaves_a_cuda_graph_to_an_explicit_choice(
     assert speed.choose(SFTConfig(fsdp=True), True, print) == "off"
 
 
+def test_optimizer_state_loads_by_name_and_from_an_older_checkpoint_by_index():
+    """Checkpoints now hold the optimizer state keyed by parameter name (what FSDP2's shards
+    gather into); an older checkpoint's, keyed by index, still resumes."""
+    import torch
+
+    def net() -> tuple[distributed.StepLoss, torch.optim.Optimizer]:
+        step = distributed.StepLoss(torch.nn.Sequential(torch.nn.Linear(3, 2),
+                                                        torch.nn.Linear(2, 1)))
+        return step, torch.optim.AdamW(step.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    step, opt = net()
+    step.model(torch.ones(4, 3)).sum().backward()
+    opt.step()
+    by_name = distributed.full_optimizer(step, opt)
+    assert set(by_name["state"]) == {"model.0.weight", "model.0.bias", "model.1.weight",
+                                     "model.1.bias"}
+    for saved in (by_name, opt.state_dict()):
+        fresh, fresh_opt = net()
+        distributed.load_optimizer(fresh, fresh_opt, saved)
+        for a, b in zip(opt.state_dict()["state"].values(),
+                        fresh_opt.state_dict()["state"].values(), strict=True):
+            assert torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
+
+
 # -- two processes on gloo ---------------------------------------------------------------------
 
 @pytest.mark.slow
