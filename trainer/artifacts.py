@@ -21,7 +21,7 @@ import torch
 from draslice.trainer import checkpoint, loglines, outputs
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.examples import TokenRows
-from draslice.trainer.model import build_base, load_pretrained
+from draslice.trainer.model import build_base, load_pretrained, wrap_lora
 from draslice.trainer.outputs import ADAPTER_DIR, MERGED_DIR, REFERENCE_FILE, RUN_FILE
 
 CHECKPOINT_DIR = checkpoint.DIR
@@ -98,12 +98,8 @@ def export_merged(cfg: SFTConfig, output_dir: Path, tokenizer, log) -> Path:
     """
     from peft import PeftModel
 
-    if cfg.synthetic:
-        base = build_base(cfg.shape, cfg.seed)
-    else:
-        dtype = torch.bfloat16 if (cfg.bf16_weights or cfg.load_in_4bit) else torch.float32
-        base = load_pretrained(cfg.model_dir, dtype=dtype)
-    merged = PeftModel.from_pretrained(base, output_dir / ADAPTER_DIR).merge_and_unload()
+    merged = PeftModel.from_pretrained(cpu_base(cfg),
+                                       output_dir / ADAPTER_DIR).merge_and_unload()
     final = output_dir / MERGED_DIR
     tmp = output_dir / f"{checkpoint.TMP_PREFIX}{MERGED_DIR}"
     merged.save_pretrained(tmp)
@@ -112,3 +108,27 @@ def export_merged(cfg: SFTConfig, output_dir: Path, tokenizer, log) -> Path:
     checkpoint.replace_dir(tmp, final)
     log(loglines.merged(final))
     return final
+
+
+def cpu_base(cfg: SFTConfig) -> torch.nn.Module:
+    """The base loaded whole and unquantised on the CPU (a 4-bit base cannot take merged
+    weights; a base sharded by FSDP2 fits no one device)."""
+    if cfg.synthetic:
+        return build_base(cfg.shape, cfg.seed)
+    dtype = torch.bfloat16 if (cfg.bf16_weights or cfg.load_in_4bit) else torch.float32
+    return load_pretrained(cfg.model_dir, dtype=dtype)
+
+
+def whole_on_cpu(cfg: SFTConfig, adapter: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """The trained model rebuilt on the CPU from the LoRA weights gathered whole
+    (``distributed.full_trainable``): what rank 0 saves the outputs from when FSDP2 left each
+    process a shard."""
+    model = wrap_lora(cpu_base(cfg), cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout,
+                      cfg.lora_targets)
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.float()  # as trained (build.assemble)
+    unexpected = model.load_state_dict(adapter, strict=False).unexpected_keys
+    if unexpected:
+        raise RuntimeError(f"gathered LoRA weights {unexpected[:3]} fit no parameter")
+    return model

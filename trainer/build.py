@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from draslice.trainer import checkpoint, loglines, speed
+from draslice.trainer import checkpoint, distributed, loglines, speed
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.data import BatchSampler, successor_chains
 from draslice.trainer.examples import (
@@ -59,10 +59,13 @@ class Training:
     (``cudagraph_mark_step_begin``)."""
     trainable_params: int
     total_params: int
+    step_loss: distributed.StepLoss
+    """The model's loss as a module: FSDP2's root when ``fsdp`` sharded it."""
 
-    def state(self, losses: list[float]) -> dict:
-        """What a checkpoint holds besides the adapter, to resume exactly here."""
-        return {"optimizer": self.optimizer.state_dict(),
+    def state(self, losses: list[float], optimizer: dict) -> dict:
+        """What a checkpoint holds besides the adapter, to resume exactly here (``optimizer``:
+        ``distributed.full_optimizer``'s whole state)."""
+        return {"optimizer": optimizer,
                 "scheduler": self.scheduler.state_dict(),
                 "sampler": self.batches.state_dict(), "losses": losses,
                 "config": self.cfg.to_dict()}
@@ -87,6 +90,9 @@ def assemble(cfg: SFTConfig, device: torch.device, precision: str,
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         p.data = p.data.float()  # LoRA weights and their optimizer state stay fp32
+    step_loss = distributed.StepLoss(model)
+    if cfg.fsdp and distributed.shard(step_loss, log):  # the optimizer must take the shards
+        params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
                                   fused=device.type == "cuda")
     autocast = (torch.autocast(device_type=device.type, dtype=torch.bfloat16,
@@ -98,6 +104,7 @@ def assemble(cfg: SFTConfig, device: torch.device, precision: str,
         optimizer=optimizer,
         scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg)),
         autocast=autocast, plan=plan, trainable_params=trainable, total_params=total,
+        step_loss=step_loss,
     )
 
 
@@ -108,8 +115,8 @@ def resume(run: Training, root: Path, log: Callable[[str], None]) -> tuple[int, 
     found = checkpoint.latest_whole(root, log)
     if found is None:
         return 0, []
-    state = checkpoint.load(found, run.model, run.cfg.to_dict())
-    run.optimizer.load_state_dict(state["optimizer"])
+    state = checkpoint.load(found, run.step_loss, run.cfg.to_dict())
+    distributed.load_optimizer(run.step_loss, run.optimizer, state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
     run.batches.load_state_dict(state["sampler"])
     checkpoint.set_rng_state(state["rng"])

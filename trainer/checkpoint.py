@@ -66,8 +66,9 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save(root: Path, step: int, model, state: dict) -> Path:
-    """Write checkpoint ``step`` atomically and prune older ones."""
+def save(root: Path, step: int, model, state: dict, adapter: dict | None = None) -> Path:
+    """Write checkpoint ``step`` atomically and prune older ones. ``adapter``: the LoRA
+    weights gathered whole (``distributed.full_trainable``), when ``model``'s are sharded."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{step:08d}"
     tmp = root / f"{TMP_PREFIX}{final.name}-{os.getpid()}"
@@ -76,7 +77,7 @@ def save(root: Path, step: int, model, state: dict) -> Path:
     config = state.get("config", {})
     fingerprint = inputs.fingerprint(config)
     with outputs.write_errors(f"checkpoint {final.name}", root, tmp):
-        model.save_pretrained(tmp / ADAPTER)
+        model.save_pretrained(tmp / ADAPTER, state_dict=adapter)
         torch.save({**state, "step": step, "rng": rng_state(), "inputs": fingerprint},
                    tmp / STATE_FILE)
         about = {"step": step, "config": config, "inputs": fingerprint,
@@ -193,17 +194,17 @@ def check_same_run(path: Path, about: dict, config: dict) -> None:
         )
 
 
-def load(path: Path, model, config: dict) -> dict:
-    """Load checkpoint ``path`` into ``model`` (adapter weights) and return its state.
+def load(path: Path, step, config: dict) -> dict:
+    """Load checkpoint ``path``'s adapter into ``step`` (``distributed.StepLoss``, sharded or
+    not) and return its state.
 
     Refuses a checkpoint of a different run: resuming it would silently train something else.
     """
-    from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
+
+    from draslice.trainer.distributed import load_trainable
 
     state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
     check_same_run(path, state, config)
-    weights = load_file(str(path / WEIGHTS))
-    device = next(p.device for p in model.parameters() if p.requires_grad)
-    set_peft_model_state_dict(model, {k: v.to(device) for k, v in weights.items()})
+    load_trainable(step, load_file(str(path / WEIGHTS)))
     return state

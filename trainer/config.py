@@ -220,6 +220,10 @@ class SFTConfig:
                                 "otherwise. default and reduce-overhead: torch.compile, a "
                                 "one-off compile of tens of seconds that pays on long runs. "
                                 "off: plain eager.", choices=COMPILE_MODES)
+    fsdp: bool = knob(False, "Under torchrun with several processes, shard the base and the "
+                             "LoRA weights over them (FSDP2): for a base too large for one "
+                             "device. Off: each process holds the whole base (DDP). One "
+                             "process: no effect.")
     pad_to_max_length: bool = knob(False, "Every batch max_length wide: the worst case, for "
                                           "advise.", internal=True)
 
@@ -248,6 +252,9 @@ class SFTConfig:
             raise InvalidParameter(
                 "batch_size", self.batch_size, f"must be in [1, dataset_size={self.dataset_size}]"
             )
+        if self.fsdp and self.load_in_4bit:
+            raise InvalidParameter("fsdp", True, "must be false with load_in_4bit (FSDP2 "
+                                   "cannot shard bitsandbytes' 4-bit weights)")
         if self.alphabet > self.shape.vocab_size:
             raise InvalidParameter(
                 "alphabet", self.alphabet, f"must be in [2, vocab_size={self.shape.vocab_size}]"

@@ -18,6 +18,13 @@ What each process does differently, and why:
   process would compute it, also when shards hold different numbers of labelled tokens.
 - **Writes and logs**: rank 0 only (:attr:`Ranks.is_main`); the others wait at a barrier
   around every checkpoint, so all resume from the same one.
+- **FSDP2** (``fsdp``): :func:`shard` splits the base and the LoRA weights over the processes
+  with ``fully_shard`` (each transformer block, then :class:`StepLoss` as the root), so each
+  holds ``1/world`` of them between uses; the gradients are reduce-scattered instead of
+  all-reduced. Checkpoints and the final adapter are gathered whole (:func:`full_trainable`,
+  :func:`full_optimizer`) and loaded back sharded (:func:`load_trainable`,
+  :func:`load_optimizer`) through ``torch.distributed.checkpoint.state_dict``, the same
+  calls with or without FSDP, so a checkpoint resumes on any number of processes.
 - **Figures**: the loss is averaged over processes, the tokens summed (each step counts the
   global batch), the peak memory is the largest of any process.
 
@@ -35,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from draslice.errors import InvalidParameter
+from draslice.trainer import loglines
 from draslice.trainer.examples import IGNORE, TokenRows
 from draslice.trainer.loss import LossBatch, causal_lm_loss
 
@@ -115,12 +123,11 @@ class Ranks:
             return batch.tokens
         return sum(self._lengths[int(i)] for i in global_rows)
 
-    def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-        """The module whose call is a training step's loss: DDP over :class:`StepLoss` when
-        spread (gradients of trainable parameters all-reduced, buckets sized by DDP), else
-        :class:`StepLoss` itself."""
-        step = StepLoss(model)
-        if not self.spread:
+    def wrap(self, step: StepLoss, device: torch.device) -> torch.nn.Module:
+        """The module whose call is a training step's loss: DDP over ``step`` when spread
+        (gradients of trainable parameters all-reduced, buckets sized by DDP), else ``step``
+        itself, also when :func:`shard` made it FSDP2's root (FSDP reduces the gradients)."""
+        if not self.spread or sharded(step):
             return step
         from torch.nn.parallel import DistributedDataParallel
 
@@ -155,6 +162,84 @@ class Ranks:
         process ends with its error and torchrun stops the others."""
         yield self.is_main
         self.barrier()
+
+
+def shard(step: StepLoss, log: Callable[[str], None]) -> bool:
+    """FSDP2 over the processes, when there are several: ``fully_shard`` on each transformer
+    block (the classes the model names in ``_no_split_modules``, which HF keeps whole across
+    devices), then on ``step`` as the root (the embeddings, the head). Before the optimizer
+    is built: it must hold the sharded parameters. Returns whether it sharded."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return False
+    from torch.distributed.fsdp import fully_shard
+
+    base = step.model.get_base_model()
+    blocks = set(getattr(base, "_no_split_modules", None) or ())
+    if not blocks:
+        raise InvalidParameter("fsdp", True, f"needs a model that names its transformer block "
+                               f"(_no_split_modules); {type(base).__name__} names none")
+    found = [m for m in base.modules() if type(m).__name__ in blocks]
+    for module in found:
+        fully_shard(module)
+    fully_shard(step)
+    log(loglines.fsdp_sharded(len(found), dist.get_world_size()))
+    return True
+
+
+def sharded(module: torch.nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(module, FSDPModule)
+
+
+def _options(**kw):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, **kw)
+
+
+def full_trainable(step: StepLoss) -> dict[str, torch.Tensor]:
+    """The trainable (LoRA) weights, whole, on the CPU, keyed as in the peft model. Every
+    process must call it (under FSDP it gathers the shards); rank 0 gets the weights, the
+    others may get none."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    full = get_model_state_dict(step, options=_options(ignore_frozen_params=True,
+                                                       cpu_offload=True))
+    return {name.removeprefix("model."): value for name, value in full.items()}
+
+
+def full_optimizer(step: StepLoss, optimizer: torch.optim.Optimizer) -> dict:
+    """The optimizer's state, whole, keyed by parameter name (so it loads into any number of
+    processes); every process calls it, rank 0 gets the state."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    return get_optimizer_state_dict(step, optimizer, options=_options(cpu_offload=True))
+
+
+def load_trainable(step: StepLoss, adapter: dict[str, torch.Tensor]) -> None:
+    """Load a saved adapter (peft's keys, as ``save_pretrained`` wrote them) into ``step``'s
+    model, sharded or not. peft's own renaming maps each parameter to its saved key."""
+    from peft import get_peft_model_state_dict
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+    names = [n for n, p in step.model.named_parameters() if p.requires_grad]
+    saved_as = get_peft_model_state_dict(
+        step.model, state_dict={n: torch.tensor(i) for i, n in enumerate(names)})
+    by_key = {key: names[int(i)] for key, i in saved_as.items()}
+    set_model_state_dict(step, {f"model.{by_key[k]}": v for k, v in adapter.items()},
+                         options=_options(strict=False))
+
+
+def load_optimizer(step: StepLoss, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """Load a saved optimizer state into ``optimizer``, sharded or not. A state of an older
+    checkpoint, keyed by parameter index, loads as it was saved (one process's, or DDP's)."""
+    from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+    if any(isinstance(k, int) for k in state.get("state", {})):
+        optimizer.load_state_dict(state)
+        return
+    set_optimizer_state_dict(step, optimizer, state, options=_options())
 
 
 def launched() -> tuple[int, int, int]:

@@ -36,6 +36,10 @@ def slice_device(device_name: str, total_mem_gib: float) -> str:
     return f"[slice] device={device_name} total_mem={total_mem_gib:.2f} GiB"
 
 
+def fsdp_sharded(blocks: int, world: int) -> str:
+    return f"[fsdp] {blocks} blocks and the rest of the model sharded over {world} processes"
+
+
 def slice_peak(peak_mem_gib: float) -> str:
     return f"[slice] peak_mem={peak_mem_gib:.2f} GiB"
 

@@ -23,7 +23,7 @@ from draslice.errors import TrainingDiverged
 from draslice.trainer import device as dev
 from draslice.trainer import loglines, outputs
 from draslice.trainer.examples import TokenRows
-from draslice.trainer.loss import causal_lm_loss, to_device
+from draslice.trainer.loss import to_device
 
 
 @dataclass(frozen=True)
@@ -179,16 +179,18 @@ class Progress:
                 self.log(loglines.eval_loss(f.step, eval_loss))
 
 
-def evaluate(model, rows: TokenRows, batch_size: int, device: torch.device, autocast) -> float:
-    """Mean token loss over every labelled eval token."""
-    was_training = model.training
-    model.eval()
+def evaluate(step, rows: TokenRows, batch_size: int, device: torch.device, autocast) -> float:
+    """Mean token loss over every labelled eval token. ``step`` is the step's loss module
+    (``distributed.StepLoss``; FSDP2's root when sharded, which gathers the weights: every
+    process then calls it alike)."""
+    was_training = step.training
+    step.eval()
     total, count = 0.0, 0
     with torch.no_grad(), autocast:
         for start in range(0, len(rows), batch_size):
             batch = to_device(rows.collate(range(start, min(start + batch_size, len(rows)))),
                               device)
-            total += float(causal_lm_loss(model, batch)) * batch.count
+            total += float(step(batch)) * batch.count
             count += batch.count
-    model.train(was_training)
+    step.train(was_training)
     return total / count if count else float("nan")

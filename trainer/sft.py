@@ -73,7 +73,8 @@ def _train(cfg: SFTConfig, output_dir: Path, metrics_path: Path, ranks: distribu
         progress = Progress(metrics_path if ranks.is_main else None, start_step, losses,
                             cfg.log_every, cfg.steps, device, log, cfg.learning_rate)
         ranks.index(run.train_rows)
-        step_loss = ranks.wrap(run.model, device)  # DDP when spread: LoRA grads all-reduced
+        # DDP when spread (LoRA grads all-reduced), unless fsdp sharded it (build.assemble)
+        step_loss = ranks.wrap(run.step_loss, device)
         reader = StepReader(device)
         pad_to = cfg.max_length if cfg.pad_to_max_length and not cfg.synthetic else 0
         run.model.train()
@@ -101,16 +102,19 @@ def _train(cfg: SFTConfig, output_dir: Path, metrics_path: Path, ranks: distribu
                 # At once, not one step late: a checkpoint never holds a step that diverged,
                 # and step N's eval loss is measured before step N + 1 changes the model.
                 done += reader.flush()
-            eval_loss = (evaluate(run.model, run.eval_rows, cfg.batch_size, device,
+            eval_loss = (evaluate(run.step_loss, run.eval_rows, cfg.batch_size, device,
                                   run.autocast) if evaluating else None)
             for figures in done:
                 progress.add(figures, eval_loss if figures.step == step else None)
-            if saving:
+            if saving:  # gathered whole by every process (FSDP2), written by rank 0
+                adapter = distributed.full_trainable(run.step_loss)
+                optimizer = distributed.full_optimizer(run.step_loss, run.optimizer)
                 with ranks.main_first() as main:  # all resume from the same whole one
                     if main:
-                        checkpoint.save(ckpt_root, step, run.model, run.state(losses))
+                        checkpoint.save(ckpt_root, step, run.model,
+                                        run.state(losses, optimizer), adapter)
         if run.eval_rows is not None and progress.eval_loss is None:  # resumed at the end
-            progress.eval_loss = evaluate(run.model, run.eval_rows, cfg.batch_size, device,
+            progress.eval_loss = evaluate(run.step_loss, run.eval_rows, cfg.batch_size, device,
                                           run.autocast)
         peak_gib = loglines.gib(ranks.max(dev.peak_memory_bytes(device), device))
         initial, final, drop = loss_drop(losses)
@@ -125,10 +129,15 @@ def _train(cfg: SFTConfig, output_dir: Path, metrics_path: Path, ranks: distribu
             resumed_from_step=start_step, train_examples=len(run.train_rows),
             eval_examples=len(run.eval_rows) if run.eval_rows is not None else 0,
         )
+        model, out_device = run.model, device
+        if distributed.sharded(run.step_loss):  # rank 0 saves from the whole adapter
+            adapter = distributed.full_trainable(run.step_loss)
+            if ranks.is_main:
+                model, out_device = artifacts.whole_on_cpu(cfg, adapter), torch.device("cpu")
         with ranks.main_first() as main:
             if main:
-                artifacts.save_outputs(run.model, cfg, run.train_rows, run.tokenizer, result,
-                                       output_dir, device, log)
+                artifacts.save_outputs(model, cfg, run.train_rows, run.tokenizer, result,
+                                       output_dir, out_device, log)
     log(loglines.slice_peak(peak_gib))
     log(loglines.sft_ok(device.type == "cuda"))
     return result

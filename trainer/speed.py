@@ -62,8 +62,9 @@ def choose(cfg, on_cuda: bool, log: Callable[[str], None]) -> str:
     """The mode for an ``SFTConfig``: every batch has one width when the data are synthetic,
     packed, or padded to ``max_length``."""
     fixed_width = cfg.synthetic or cfg.pack or cfg.pad_to_max_length
-    mode = choose_mode(cfg.compile, on_cuda, fixed_width, cfg.gradient_checkpointing,
-                       cfg.load_in_4bit)
+    # FSDP2 gathers each block's weights inside the body: auto captures no CUDA graph of it.
+    mode = choose_mode(cfg.compile, on_cuda, fixed_width and not cfg.fsdp,
+                       cfg.gradient_checkpointing, cfg.load_in_4bit)
     if cfg.compile == "reduce-overhead" and mode == "default":
         log("compile: CUDA graphs need a GPU; compiling without them (mode 'default')")
     elif cfg.compile == "cudagraphs" and mode == "off":

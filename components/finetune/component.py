@@ -62,6 +62,7 @@ def finetune(
     checkpoint_dir: str = "",
     merge: bool = False,
     compile: str = "auto",
+    fsdp: bool = False,
     vocab_size: int = 512,
     n_layer: int = 4,
     n_embd: int = 256,

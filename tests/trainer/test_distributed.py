@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -42,7 +43,9 @@ def _knobs(model: Path, data_file: Path, steps: int = STEPS) -> dict:
 
 
 def _cli(knobs: dict) -> list[str]:
-    return [a for k, v in knobs.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+    flags = [f"--{k.replace('_', '-')}" for k in knobs]
+    return [a for flag, v in zip(flags, knobs.values(), strict=True)
+            for a in ((flag,) if v is True else (flag, str(v)))]
 
 
 def _torchrun(out: Path, knobs: dict, nproc: int = 2) -> subprocess.Popen:
@@ -129,6 +132,42 @@ def test_a_global_batch_smaller_than_the_processes_is_refused():
     assert err.value.exit_code == 2
 
 
+def test_fsdp_refuses_a_4bit_base_and_leaves_a_cuda_graph_to_an_explicit_choice():
+    from draslice.trainer import speed
+
+    with pytest.raises(InvalidParameter, match=r"fsdp.*load_in_4bit") as err:
+        SFTConfig(fsdp=True, load_in_4bit=True)
+    assert err.value.exit_code == 2
+    # auto captures the synthetic run's body as a CUDA graph, unless FSDP2 gathers inside it
+    assert speed.choose(SFTConfig(), True, print) == "cudagraphs"
+    assert speed.choose(SFTConfig(fsdp=True), True, print) == "off"
+
+
+def test_optimizer_state_loads_by_name_and_from_an_older_checkpoint_by_index():
+    """Checkpoints now hold the optimizer state keyed by parameter name (what FSDP2's shards
+    gather into); an older checkpoint's, keyed by index, still resumes."""
+    import torch
+
+    def net() -> tuple[distributed.StepLoss, torch.optim.Optimizer]:
+        step = distributed.StepLoss(torch.nn.Sequential(torch.nn.Linear(3, 2),
+                                                        torch.nn.Linear(2, 1)))
+        return step, torch.optim.AdamW(step.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    step, opt = net()
+    step.model(torch.ones(4, 3)).sum().backward()
+    opt.step()
+    by_name = distributed.full_optimizer(step, opt)
+    assert set(by_name["state"]) == {"model.0.weight", "model.0.bias", "model.1.weight",
+                                     "model.1.bias"}
+    for saved in (by_name, opt.state_dict()):
+        fresh, fresh_opt = net()
+        distributed.load_optimizer(fresh, fresh_opt, saved)
+        for a, b in zip(opt.state_dict()["state"].values(),
+                        fresh_opt.state_dict()["state"].values(), strict=True):
+            assert torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
+
+
 # -- two processes on gloo ---------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -205,3 +244,40 @@ def test_a_killed_rank_stops_the_job_and_a_rerun_resumes_on_another_world_size(
     assert resumed.final_loss == pytest.approx(alone.final_loss, abs=TOLERANCE)
     steps = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]
     assert steps == list(range(1, STEPS + 1))
+
+
+@pytest.mark.slow
+def test_fsdp2_trains_the_adapter_one_process_trains_and_resumes_on_any_world_size(
+        one_process, tiny_gpt2, demo_data, tmp_path):
+    """FSDP2 over two processes (each holds half of every weight) trains the one-process
+    adapter; its gathered checkpoint resumes in one process, and a one-process checkpoint
+    resumes sharded over two, both to the same adapter."""
+    alone_dir, alone = one_process
+    out = tmp_path / "fsdp"
+    knobs = {**_knobs(tiny_gpt2, demo_data["prompt-completion"]), "fsdp": True}
+    proc = _torchrun(out, knobs)
+    log, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, log[-3000:]
+    assert log.count("[fsdp] 2 blocks and the rest of the model sharded over 2 processes") == 1
+    assert _worst(_adapter(out), _adapter(alone_dir)) <= TOLERANCE
+    result = json.loads((out / RUN_FILE).read_text())["result"]
+    assert result["eval_loss"] == pytest.approx(alone.eval_loss, abs=TOLERANCE)
+    assert result["final_loss"] == pytest.approx(alone.final_loss, abs=TOLERANCE)
+
+    def drop_last_checkpoint() -> int:
+        """Forget the last checkpoint and the outputs: a rerun resumes from the one before."""
+        shutil.rmtree(checkpoint.latest(out / CHECKPOINT_DIR))
+        shutil.rmtree(out / ADAPTER_DIR)
+        return int(checkpoint.latest(out / CHECKPOINT_DIR).name.removeprefix(checkpoint.PREFIX))
+
+    at = drop_last_checkpoint()  # written by the two sharded processes
+    resumed = train(SFTConfig(**knobs), out, out / "metrics.jsonl", log=lambda _l: None)
+    assert resumed.resumed_from_step == at == STEPS - EVERY
+    assert _worst(_adapter(out), _adapter(alone_dir)) <= TOLERANCE
+
+    drop_last_checkpoint()  # now written by one process; loaded sharded over two
+    proc = _torchrun(out, knobs)
+    log, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, log[-3000:]
+    assert f"[checkpoint] resumed at step {at}" in log
+    assert _worst(_adapter(out), _adapter(alone_dir)) <= TOLERANCE
