@@ -103,9 +103,14 @@ def best_run(runs: list[Run]) -> tuple[Run, bool]:
 
 
 def varied_knobs(runs: list[Run]) -> list[str]:
-    """The knobs whose values differ between runs, in declaration order: the table's columns."""
+    """The knobs whose values differ between runs, in declaration order (trainer/config.py;
+    a run's mapping comes back from KFP with its keys sorted): the table's columns."""
+    from draslice.trainer.config import KNOBS
+
     first = runs[0].knobs
-    return [k for k in first if any(r.knobs[k] != first[k] for r in runs[1:])]
+    order = {k: i for i, k in enumerate(KNOBS)}
+    return sorted((k for k in first if any(r.knobs[k] != first[k] for r in runs[1:])),
+                  key=lambda k: (order.get(k, len(order)), k))
 
 
 def _cell(run: Run, key: str, fmt: str) -> str:
