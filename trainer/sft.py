@@ -44,16 +44,17 @@ def train(cfg: SFTConfig, output_dir: str | Path, metrics_path: str | Path,
     """
     cfg.check()
     with distributed.start(cfg.device) as ranks:  # torchrun's processes; alone: a no-op
-        return _train(cfg, Path(output_dir), Path(metrics_path), ranks,
+        return _train(cfg, output_dir, Path(metrics_path), ranks,
                       distributed.quiet(log, ranks))
 
 
-def _train(cfg: SFTConfig, output_dir: Path, metrics_path: Path, ranks: distributed.Ranks,
+def _train(cfg: SFTConfig, output_dir: str | Path, metrics_path: Path, ranks: distributed.Ranks,
            log: Callable[[str], None]) -> SFTResult:
     ranks.check(cfg.batch_size)
     with ranks.main_first() as main:  # it withdraws the previous record: one process does it
         if main:
             inputs.check_before_work(cfg, output_dir)  # a bad file costs a second, not a load
+    output_dir = Path(output_dir)  # after the check: Path("") would be the current folder
     device = dev.resolve_device(ranks.device(cfg.device))
     precision = dev.resolve_precision(cfg.precision, device)
     info = dev.describe(device, dev.apply_slice_cap(device, cfg.slice_memory_gib))

@@ -15,7 +15,7 @@ def _run(tmp_path, snapshot, *args):
     res = CliRunner().invoke(main, ["run", "--snapshot", str(snapshot), "--device", "cpu",
                                     "--runs-dir", str(runs), *args])
     (run_dir,) = runs.iterdir()
-    (pipeline_dir,) = run_dir.iterdir()
+    (pipeline_dir,) = (p for p in run_dir.iterdir() if p.is_dir())
     return res, pipeline_dir
 
 
