@@ -57,13 +57,11 @@ def on_the_slice(train: PipelineTask, name: str, template: str, mode: ClaimMode,
     return bind_claim(train, template, mode, kueue_queue=kueue_queue)
 
 
-def verdict(train: PipelineTask, template: str, mode: ClaimMode, memory_headroom: float,
-            min_loss_drop: float, base_model=None, pvc_name: str | None = None,
-            mount_path: str = DEFAULT_MOUNT, smoke: PipelineTask | None = None) -> PipelineTask:
-    """validate the fine-tune's outputs, then the gate that fails the run on a FAIL. With
-    ``pvc_name`` validate mounts the volume too: it reloads the base from there. ``smoke``'s
-    TFLOP/s go into the report."""
-    check = validate(
+def validate_step(train: PipelineTask, template: str, mode: ClaimMode, *, base_model=None,
+                  smoke: PipelineTask | None = None, **verdict_knobs) -> PipelineTask:
+    """validate on the fine-tune ``train``'s outputs, with validate's own knobs
+    (``memory_headroom``, ``min_loss_drop``); ``smoke``'s TFLOP/s go into the report."""
+    return validate(
         adapter=train.outputs["adapter"],
         train_log=train.outputs["train_log"],
         slice_total_mem_gib=train.outputs["slice_total_mem_gib"],
@@ -71,11 +69,19 @@ def verdict(train: PipelineTask, template: str, mode: ClaimMode, memory_headroom
         device_json=train.outputs["device_json"],
         claim_template=template,
         claim_mode=mode.value,
-        memory_headroom=memory_headroom,
-        min_loss_drop=min_loss_drop,
+        **verdict_knobs,
         **({"base_model": base_model} if base_model is not None else {}),
         **({"smoke_tflops": smoke.outputs["tflops"]} if smoke is not None else {}),
     )
+
+
+def verdict(train: PipelineTask, template: str, mode: ClaimMode, memory_headroom: float,
+            min_loss_drop: float, base_model=None, pvc_name: str | None = None,
+            mount_path: str = DEFAULT_MOUNT, smoke: PipelineTask | None = None) -> PipelineTask:
+    """validate the fine-tune's outputs, then the gate that fails the run on a FAIL. With
+    ``pvc_name`` validate mounts the volume too: it reloads the base from there."""
+    check = validate_step(train, template, mode, base_model=base_model, smoke=smoke,
+                          memory_headroom=memory_headroom, min_loss_drop=min_loss_drop)
     if pvc_name is not None:
         kubernetes.mount_pvc(check, pvc_name=pvc_name, mount_path=mount_path)
     return gate(verdict=check.outputs["verdict"], passed=check.outputs["passed"])

@@ -31,7 +31,6 @@ from draslice.components.compare import compare
 from draslice.components.finetune import finetune
 from draslice.components.gate import gate
 from draslice.components.sweep_plan import sweep_plan
-from draslice.components.validate import validate
 from draslice.errors import InvalidParameter
 from draslice.pipelines.claim import ClaimMode
 from draslice.pipelines.steps import (
@@ -42,6 +41,7 @@ from draslice.pipelines.steps import (
     on_the_slice,
     pipeline_name,
     smoke_test,
+    validate_step,
 )
 from draslice.trainer.config import FINETUNE_KNOBS, VERDICT_KNOBS
 
@@ -89,16 +89,8 @@ def build(template: str = DEFAULT_TEMPLATE, mode: str | ClaimMode = ClaimMode.PO
                 **{name: getattr(run, name) for name in FINETUNE_KNOBS},
             ).after(smoke_task)
             on_the_slice(train, "fine-tune", template, mode, kueue_queue, pvc_name, mount_path)
-            check = validate(
-                adapter=train.outputs["adapter"],
-                train_log=train.outputs["train_log"],
-                slice_total_mem_gib=train.outputs["slice_total_mem_gib"],
-                peak_mem_gib=train.outputs["peak_mem_gib"],
-                device_json=train.outputs["device_json"],
-                claim_template=template,
-                claim_mode=mode.value,
-                **{name: getattr(run, name) for name in VERDICT_KNOBS},
-            )
+            check = validate_step(train, template, mode, smoke=smoke_task,
+                                  **{name: getattr(run, name) for name in VERDICT_KNOBS})
             kubernetes.mount_pvc(check, pvc_name=pvc_name, mount_path=mount_path)  # the base
         best = compare(
             configs=plan.output,
