@@ -8,6 +8,7 @@ most two iterations at once whatever the pipeline's ``parallelism`` says.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -55,8 +56,11 @@ def run_sweep(run_dir: Path, runs: list[dict], template: str, preflight_source: 
             succeeded = False  # the gate too, when no run passed: compare's outputs are there
     for failure in output.failures:
         click.echo(f"task {failure.task} FAILED (exit {failure.exit_code}): {failure.reason}")
+    report = _newest(run_dir, "compare", "report")
+    if report is not None and report.stat().st_size:  # under a name a browser opens as HTML
+        report = Path(shutil.copyfile(report, run_dir / "report.html"))
     return SweepRun(run_dir, succeeded, _newest(run_dir, "compare", "best_adapter"),
-                    _newest(run_dir, "compare", "summary"), _newest(run_dir, "compare", "report"))
+                    _newest(run_dir, "compare", "summary"), report)
 
 
 def run_command(sweep_file: str, params: dict, runs_dir: str, template: str,
@@ -75,7 +79,8 @@ def run_command(sweep_file: str, params: dict, runs_dir: str, template: str,
     click.echo("")
     if result.summary_path:
         click.echo(result.summary_path.read_text().rstrip())
-        click.echo(f"report:       {result.report_path}")
+        if result.report_path:
+            click.echo(f"report:       {result.report_path.as_uri()}")
     else:
         click.echo("comparison: none (the sweep stopped before compare)")
     if result.best_adapter:

@@ -44,6 +44,8 @@ def test_a_two_run_sweep_compares_the_runs_and_outputs_the_best_adapter(tmp_path
     eval_quick, eval_crawl = (float(r.split(" | ")[3]) for r in (quick, crawl))
     assert eval_quick < eval_crawl
     html = (pipeline_dir / "compare" / "report").read_text()
+    assert (pipeline_dir.parent / "report.html").read_text() == html
+    assert f"report:       {(pipeline_dir.parent / 'report.html').as_uri()}" in res.output
     assert "<table>" in html and "data:image/png;base64," in html
 
     best = pipeline_dir / "compare" / "best_adapter"
