@@ -101,11 +101,11 @@ def export_merged(cfg: SFTConfig, output_dir: Path, tokenizer, log) -> Path:
     merged = PeftModel.from_pretrained(cpu_base(cfg),
                                        output_dir / ADAPTER_DIR).merge_and_unload()
     final = output_dir / MERGED_DIR
-    tmp = output_dir / f"{checkpoint.TMP_PREFIX}{MERGED_DIR}"
+    tmp = output_dir / f"{outputs.TMP_PREFIX}{MERGED_DIR}"
     merged.save_pretrained(tmp)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
-    checkpoint.replace_dir(tmp, final)
+    outputs.replace_path(tmp, final)
     log(loglines.merged(final))
     return final
 

@@ -49,8 +49,6 @@ IDENTITY = ("shape", "data_format", "max_length", "pack", "eval_fraction",
             "load_in_4bit", "bf16_weights", "dataset_size", "alphabet")
 INPUT_PATHS = ("model_dir", "data")  # compared only for checkpoints without a fingerprint
 
-replace_dir = outputs.replace_path  # the final adapter and merged export swap in the same way
-
 
 def rng_state() -> dict:
     state = {"torch": torch.get_rng_state(), "python": random.getstate()}
@@ -83,7 +81,7 @@ def save(root: Path, step: int, model, state: dict, adapter: dict | None = None)
         about = {"step": step, "config": config, "inputs": fingerprint,
                  "files": outputs.sizes(tmp, [ADAPTER, STATE_FILE])}
         (tmp / FILES).write_text(json.dumps(about, indent=2) + "\n")
-        replace_dir(tmp, final)
+        outputs.replace_path(tmp, final)
     for stale in completed(root)[:-KEEP]:
         shutil.rmtree(stale)
     return final
