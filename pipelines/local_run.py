@@ -66,9 +66,19 @@ def new_run_dir(base: str | Path = "runs") -> Path:
     return path
 
 
-def _newest(run_dir: Path, task: str, output: str) -> Path | None:
+def newest_output(run_dir: Path, task: str, output: str) -> Path | None:
+    """The newest file ``output`` of ``task`` under a run folder kfp.local filled."""
     found = sorted(run_dir.glob(f"*/{task}/{output}"), key=lambda p: p.stat().st_mtime)
     return found[-1] if found else None
+
+
+def report_html(run_dir: Path, task: str, output: run_console.RunOutput) -> Path | None:
+    """``task``'s HTML report as ``report.html`` in the run folder, a name a browser opens as
+    HTML; None unless the task succeeded (kfp.local creates the file before the task runs)."""
+    report = newest_output(run_dir, task, "report")
+    if report is None or (task, "SUCCESS") not in {(n, st) for n, st, _ in output.finished}:
+        return None
+    return Path(shutil.copyfile(report, run_dir / "report.html"))
 
 
 def run_pipeline(
@@ -95,13 +105,8 @@ def run_pipeline(
         except RuntimeError:  # kfp.local: "Pipeline ... finished with status FAILURE"
             succeeded = False
     log_path = run_dir / run_console.LOG_FILE
-    summary = _newest(run_dir, "validate", "summary")
-    report = _newest(run_dir, "validate", "report")
-    if ("validate", "SUCCESS") not in {(name, status) for name, status, _ in output.finished}:
-        report = None  # kfp.local creates the file before the task runs: it may be empty
-    if report is not None:  # the same file, under a name a browser opens as HTML
-        shutil.copyfile(report, run_dir / "report.html")
-        report = run_dir / "report.html"
+    summary = newest_output(run_dir, "validate", "summary")
+    report = report_html(run_dir, "validate", output)
     verdict = summary.read_text() if summary else None
     return LocalRun(run_dir, succeeded, verdict, summary, report,
                     _task_outputs(run_dir, "preflight", ("decision", "reason")),
@@ -152,7 +157,7 @@ def _own_tmpdir(run_dir: Path) -> Iterator[None]:
 
 def _task_outputs(run_dir: Path, task: str, names: tuple[str, ...]) -> dict | None:
     """A task's output parameters ``names``, as kfp.local recorded them."""
-    path = _newest(run_dir, task, "executor_output.json")
+    path = newest_output(run_dir, task, "executor_output.json")
     if path is None:
         return None
     params = json.loads(path.read_text()).get("parameterValues", {})

@@ -47,6 +47,10 @@ class TaskFailure:
     reason: str
     exit_code: int
 
+    def __str__(self) -> str:
+        """The run's last line for it (``run`` and ``run --sweep``)."""
+        return f"task {self.task} FAILED (exit {self.exit_code}): {self.reason}"
+
 
 @dataclass
 class _Task:

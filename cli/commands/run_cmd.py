@@ -85,7 +85,7 @@ def _summarize(result, seconds: float) -> None:
     click.echo(f"run folder: {result.run_dir}")
     click.echo(f"pipeline {'succeeded' if result.succeeded else 'FAILED'} in {seconds:.1f} s")
     for failure in result.failures:
-        click.echo(f"task {failure.task} FAILED (exit {failure.exit_code}): {failure.reason}")
+        click.echo(str(failure))
 
 
 def _checked_params(opts: dict) -> dict:

@@ -8,7 +8,6 @@ most two iterations at once whatever the pipeline's ``parallelism`` says.
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ def planned_runs(path: str | Path, base: dict) -> list[dict]:
 def run_sweep(run_dir: Path, runs: list[dict], template: str, preflight_source: str,
               verbose: bool = False) -> SweepRun:
     """Run the sweep pipeline locally; a failed task is reported, not raised."""
-    from draslice.pipelines.local_run import _newest, local_session
+    from draslice.pipelines.local_run import local_session, newest_output, report_html
     from draslice.pipelines.sweep import pipeline
 
     steps = max(int(run.get("steps", 0)) for run in runs)
@@ -55,12 +54,10 @@ def run_sweep(run_dir: Path, runs: list[dict], template: str, preflight_source: 
         except RuntimeError:  # kfp.local: "Pipeline ... finished with status FAILURE"
             succeeded = False  # the gate too, when no run passed: compare's outputs are there
     for failure in output.failures:
-        click.echo(f"task {failure.task} FAILED (exit {failure.exit_code}): {failure.reason}")
-    report = _newest(run_dir, "compare", "report")
-    if report is not None and report.stat().st_size:  # under a name a browser opens as HTML
-        report = Path(shutil.copyfile(report, run_dir / "report.html"))
-    return SweepRun(run_dir, succeeded, _newest(run_dir, "compare", "best_adapter"),
-                    _newest(run_dir, "compare", "summary"), report)
+        click.echo(str(failure))
+    return SweepRun(run_dir, succeeded, newest_output(run_dir, "compare", "best_adapter"),
+                    newest_output(run_dir, "compare", "summary"),
+                    report_html(run_dir, "compare", output))
 
 
 def run_command(sweep_file: str, params: dict, runs_dir: str, template: str,
