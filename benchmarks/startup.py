@@ -43,6 +43,17 @@ BAD_INPUT: dict[str, tuple[str, ...]] = {
     "upload": ("upload", "--all", "--name", "x"),
 }
 
+# Bad files, which need the file system rather than the option's own check: a model folder
+# that does not exist, and a data file with a broken line next to a good model folder (a tiny
+# one, written by tests.scratch as the tests write it). ``{dir}`` is the cases' folder.
+BAD_FILES: tuple[tuple[str, ...], ...] = (
+    ("train", "--output-dir", "out", "--model-dir", "{dir}/no-such-model", "--data",
+     "{dir}/bad.jsonl"),
+    ("train", "--output-dir", "out", "--model-dir", "{dir}/tiny-gpt2", "--data",
+     "{dir}/bad.jsonl"),
+    ("advise", "--model-dir", "{dir}/tiny-gpt2", "--data", "{dir}/bad.jsonl", "--json"),
+)
+
 
 @dataclass(frozen=True)
 class Case:
@@ -79,7 +90,18 @@ def cases() -> list[Case]:
     if missing:
         raise SystemExit(f"no bad-input case for: {', '.join(missing)} (add one to BAD_INPUT)")
     return ([Case((*p, "--help"), 0) for p in [(), *paths]]
-            + [Case(args, 2) for args in BAD_INPUT.values()])
+            + [Case(args, 2) for args in BAD_INPUT.values()]
+            + [Case(args, 2) for args in BAD_FILES])
+
+
+def write_files(folder: str) -> None:
+    """What BAD_FILES names: a tiny model folder and a JSONL whose second line is cut short."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tests.scratch import save_preset
+
+    save_preset("tiny-gpt2", f"{folder}/tiny-gpt2")
+    with open(f"{folder}/bad.jsonl", "w", encoding="utf-8") as out:
+        out.write('{"prompt": "a b", "completion": " c"}\n{"prompt": "d e", "comp\n')
 
 
 def children_cpu_s() -> float:
@@ -90,7 +112,8 @@ def children_cpu_s() -> float:
 def measure(case: Case, cwd: str) -> tuple[float, float, int, str]:
     """One fresh ``python -m draslice`` run: (CPU s, wall s, exit code, last stderr line)."""
     cpu, wall = children_cpu_s(), time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "draslice", *case.args], cwd=cwd,
+    args = [a.replace("{dir}", cwd) for a in case.args]
+    done = subprocess.run([sys.executable, "-m", "draslice", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=300)
     cpu, wall = children_cpu_s() - cpu, time.perf_counter() - wall
     lines = done.stderr.strip().splitlines()
@@ -113,6 +136,8 @@ def main() -> int:
     print(f"{'case':<{width}}  {'exit':>4}  {'CPU s':>6}  {'ratio':>5}  {'wall s':>6}")
     failures = []
     with tempfile.TemporaryDirectory(prefix="draslice-startup-") as cwd:
+        if any("{dir}" in " ".join(c.args) for c in selected):
+            write_files(cwd)
         for case in selected:
             runs = [measure(case, cwd) for _ in range(args.repeats)]
             cpu, wall, code, last = min(runs)

@@ -101,11 +101,23 @@ main(prog_name="draslice")
 """
 
 
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory) -> str:
+    """The folder of the bad-file cases (a tiny model, a broken JSONL)."""
+    folder = tmp_path_factory.mktemp("startup-files")
+    startup_bench.write_files(str(folder))
+    return str(folder)
+
+
 @pytest.mark.parametrize("case", startup_bench.cases(), ids=lambda c: " ".join(c.args))
-def test_help_and_bad_input_load_no_heavy_library(case, tmp_path):
+def test_help_and_bad_input_load_no_heavy_library(case, tmp_path, request):
     loaded = tmp_path / "loaded.txt"
     env = {**os.environ, "DRASLICE_HEAVY": ",".join(HEAVY), "DRASLICE_LOADED": str(loaded)}
-    done = subprocess.run([sys.executable, "-c", RECORD_IMPORTS, *case.args], cwd=tmp_path,
+    args = list(case.args)
+    if any("{dir}" in a for a in args):
+        folder = request.getfixturevalue("bad_files")
+        args = [a.replace("{dir}", folder) for a in args]
+    done = subprocess.run([sys.executable, "-c", RECORD_IMPORTS, *args], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == case.exit_code, done.stderr[-2000:]
     assert "Traceback" not in done.stderr

@@ -27,8 +27,6 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from draslice.errors import DrasliceError, InvalidParameter
 from draslice.trainer import inputs, outputs
 
@@ -50,7 +48,13 @@ IDENTITY = ("shape", "data_format", "max_length", "pack", "eval_fraction",
 INPUT_PATHS = ("model_dir", "data")  # compared only for checkpoints without a fingerprint
 
 
+# torch is imported in the functions that save and load: checking whether a folder's
+# checkpoint belongs to this run (before any work) reads files.json, not a tensor.
+
+
 def rng_state() -> dict:
+    import torch
+
     state = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -58,6 +62,8 @@ def rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
+    import torch
+
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
@@ -67,6 +73,8 @@ def set_rng_state(state: dict) -> None:
 def save(root: Path, step: int, model, state: dict, adapter: dict | None = None) -> Path:
     """Write checkpoint ``step`` atomically and prune older ones. ``adapter``: the LoRA
     weights gathered whole (``distributed.full_trainable``), when ``model``'s are sharded."""
+    import torch
+
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{step:08d}"
     tmp = root / f"{TMP_PREFIX}{final.name}-{os.getpid()}"
@@ -154,6 +162,8 @@ def _about(path: Path) -> dict:
     """The step, config and input fingerprint a whole checkpoint was written with."""
     if (path / FILES).is_file():
         return json.loads((path / FILES).read_text())
+    import torch
+
     return torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
 
 
@@ -198,6 +208,7 @@ def load(path: Path, step, config: dict) -> dict:
 
     Refuses a checkpoint of a different run: resuming it would silently train something else.
     """
+    import torch
     from safetensors.torch import load_file
 
     from draslice.trainer.distributed import load_trainable

@@ -18,11 +18,13 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from draslice.errors import DatasetError, InvalidParameter
 from draslice.trainer.config import DATA_FORMATS
+
+if TYPE_CHECKING:  # imported where a batch is made: reading and checking data needs no torch
+    import torch
 
 IGNORE = -100  # the label torch's cross-entropy skips
 FORMATS = DATA_FORMATS  # declared with the data_format knob
@@ -45,6 +47,8 @@ class TokenRows:
     def collate(self, indices, pad_to: int = 0) -> dict[str, torch.Tensor]:
         """Right-pad rows to the longest in the batch (to a multiple of 8, for tensor cores),
         or to ``pad_to`` (a worst-case batch for measuring memory)."""
+        import torch
+
         rows = [int(i) for i in indices]
         longest = max(len(self.input_ids[i]) for i in rows)
         width = -(-longest // 8) * 8 if longest > 8 else longest

@@ -16,6 +16,7 @@ another path in the next pod).
 from __future__ import annotations
 
 import hashlib
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -53,11 +54,31 @@ def check_before_work(cfg, output_dir: str | Path) -> None:
     outputs.uncommit(out)
 
 
+def check_early(cfg, output_dir: str | Path) -> None:
+    """What ``draslice train`` checks before it imports torch (seconds of CPU), so that a bad
+    folder or file answers at once. Under torchrun every process runs the command at the same
+    time, so there only the read-only checks run here; the folder checks run in rank 0 when
+    the loop starts (``sft.train`` runs :func:`check_before_work` in every case)."""
+    if os.environ.get("WORLD_SIZE", "1") == "1":
+        check_before_work(cfg, output_dir)
+    else:
+        check_model_and_data(cfg)
+
+
+# The model and data inputs already checked in this process: `train` and `advise` check them
+# before importing torch, and the loop checks them again as part of check_before_work.
+_checked: set[tuple] = set()
+
+
 def check_model_and_data(cfg) -> None:
     """The model folder (config, tokenizer files, weight headers, positions against
     ``max_length``) and every data record of a real run; nothing for the synthetic one.
     ``advise`` runs this before it measures, so it words a bad input as ``train`` does."""
     if cfg.synthetic:
+        return
+    key = (cfg.model_dir, cfg.max_length, str(cfg.data), cfg.data_format, cfg.pack,
+           cfg.batch_size, cfg.eval_fraction, _data_stamp(cfg.data))
+    if key in _checked:
         return
     model.check_tokenizer_files(cfg.model_dir)
     model.check_weights(cfg.model_dir)
@@ -68,6 +89,16 @@ def check_model_and_data(cfg) -> None:
     # The tokenizer (seconds at most, unlike the weights): one that cannot be loaded, or chat
     # data for a tokenizer without a chat template, is found before the folder is touched.
     check_tokenizer(model.load_tokenizer(cfg.model_dir), fmt, str(cfg.data))
+    _checked.add(key)
+
+
+def _data_stamp(data: str | Path) -> tuple[int, int] | None:
+    """Size and time of a data file, so data rewritten between two checks is read again."""
+    try:
+        st = Path(data).expanduser().stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
 
 
 def fingerprint(config: dict) -> dict[str, str]:

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
-import torch
-from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import GPT2Config, GPT2LMHeadModel
+from typing import TYPE_CHECKING
 
 from draslice.errors import (
     InvalidParameter,
@@ -22,6 +19,12 @@ from draslice.errors import (
     ModelLoadError,
 )
 from draslice.trainer.config import AUTO_TARGETS, ModelShape
+
+if TYPE_CHECKING:  # torch, transformers and peft load where a model is built, not at import:
+    # the input checks above them (model folder, data) answer before seconds of imports
+    import torch
+    from peft import PeftModel
+    from transformers import GPT2LMHeadModel
 
 # GPT-2 names: attention qkv (c_attn), attention and MLP output (c_proj), MLP input (c_fc).
 GPT2_ATTENTION_ONLY = "c_attn"  # the seed guide's choice
@@ -49,6 +52,9 @@ TARGETS_BY_ARCH = {
 
 def build_base(shape: ModelShape, seed: int) -> GPT2LMHeadModel:
     """A randomly initialised GPT-2-style model; same shape and seed give the same weights."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
     shape.check()
     config = GPT2Config(
         vocab_size=shape.vocab_size,
@@ -77,6 +83,8 @@ def parse_targets(targets: str) -> list[str]:
 
 
 def _projection_names(model: torch.nn.Module) -> list[str]:
+    import torch
+
     return sorted(
         {
             n.rsplit(".", 1)[-1]
@@ -131,6 +139,8 @@ def wrap_lora(
             "lora_targets", targets,
             f"{missing} not in the model; its projections are {_projection_names(model)}",
         )
+    from peft import LoraConfig, get_peft_model
+
     config = LoraConfig(
         r=r,
         lora_alpha=alpha,
@@ -222,7 +232,9 @@ def check_weights(model_dir: str | Path) -> Path:
                              f"{' / '.join(TORCH_WEIGHTS)}); copy the model folder whole")
     for file in files:
         try:
-            with safe_open(str(file), "pt"):
+            # numpy, not "pt": opening reads and checks only the header, and "pt" would
+            # import torch (two seconds) before a bad data file could be named
+            with safe_open(str(file), "numpy"):
                 pass
         except (SafetensorError, OSError) as err:
             raise ModelLoadError(
@@ -288,16 +300,18 @@ def load_tokenizer(model_dir: str | Path):
 def load_pretrained(
     model_dir: str | Path,
     *,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     load_in_4bit: bool = False,
     device: torch.device | None = None,
 ) -> torch.nn.Module:
-    """The base model from ``model_dir``, offline; ``load_in_4bit`` quantises it (QLoRA)."""
+    """The base model from ``model_dir``, offline, in ``dtype`` (float32 when None);
+    ``load_in_4bit`` quantises it (QLoRA)."""
+    import torch
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     path = check_weights(model_dir)
-    kwargs: dict = {"local_files_only": True, "dtype": dtype}
+    kwargs: dict = {"local_files_only": True, "dtype": dtype or torch.float32}
     if load_in_4bit:
         on_cuda = device is not None and device.type == "cuda"
         place = (device.index or 0) if on_cuda else "cpu"
@@ -325,6 +339,7 @@ def qlora_config():
             "load_in_4bit (QLoRA) needs bitsandbytes: pip install 'draslice[qlora]' "
             f"(or drop --load-in-4bit and use --bf16-weights); importing it failed: {err}"
         ) from err
+    import torch
     from transformers import BitsAndBytesConfig
 
     return BitsAndBytesConfig(

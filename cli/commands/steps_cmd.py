@@ -63,7 +63,10 @@ def train(output_dir: str, as_json: bool, **knobs) -> None:
     """
     from pathlib import Path
 
+    from draslice.trainer.inputs import check_early
+
     cfg = SFTConfig.from_params(knobs)  # bad input fails here, before torch is imported
+    check_early(cfg, output_dir)  # and a bad folder or file here
     from draslice.trainer.sft import train as run_train
 
     result = run_train(cfg, output_dir, Path(output_dir) / "metrics.jsonl")
