@@ -13,7 +13,10 @@ constant, AdamW fused, no gradient clipping, bf16 autocast. Data: the same packe
 
 Peers, each in a fresh process per (peer, cap group):
 
-- ``ours``: ``draslice.trainer.sft.train`` with its defaults (``compile="auto"``);
+- ``ours``: ``draslice.trainer.sft.train`` with its defaults (``compile="auto"``), under a cap
+  with gradient checkpointing and the cap given as ``slice_memory_gib`` (as a user runs it);
+- ``ours-offload``: the same with ``offload_activations`` under a cap (the checkpointed layer
+  inputs in host memory, as Unsloth's offloaded checkpointing does); uncapped it is ``ours``;
 - ``hf``: HF ``Trainer`` + peft (the seed's approach);
 - ``hf-liger``: the same with ``use_liger_kernel=True`` (what LlamaFactory's
   ``enable_liger_kernel`` does: Liger's RoPE, RMSNorm, SwiGLU and fused linear cross-entropy);
@@ -55,6 +58,7 @@ from flops import FlopCount, mfu  # noqa: E402
 
 PEERS = {
     "ours": "draslice SFT loop (default)",
+    "ours-offload": "draslice SFT loop + offload_activations",
     "hf": "HF Trainer + peft",
     "hf-liger": "HF Trainer + peft + Liger",
     "trl": "TRL SFTTrainer + peft",
@@ -179,7 +183,8 @@ class _Clock:
         return StepClock()
 
 
-def _train_ours(ctx: dict, batch: int, checkpointing: bool, clock: _Clock) -> None:
+def _train_ours(ctx: dict, batch: int, checkpointing: bool, clock: _Clock,
+                offload: bool = False) -> None:
     from draslice.trainer.sft import SFTConfig, train
 
     def log(line: str) -> None:
@@ -196,7 +201,11 @@ def _train_ours(ctx: dict, batch: int, checkpointing: bool, clock: _Clock) -> No
         lora_r=LORA_R, lora_alpha=LORA_ALPHA, lora_targets=",".join(TARGETS),
         learning_rate=LEARNING_RATE, log_every=1, bf16_weights=not shape.quantized,
         load_in_4bit=shape.quantized, gradient_checkpointing=checkpointing,
+        offload_activations=offload and checkpointing,
         device="cuda" if not ctx["smoke"] else "cpu",
+        # The loop sets the process's memory fraction itself (0: the whole device), so the
+        # cap is given to it; otherwise it would lift the cap the child set.
+        slice_memory_gib=ctx["cap"] if not ctx["smoke"] else 0.0,
     )
     with tempfile.TemporaryDirectory(prefix="peer-ours-") as tmp:
         train(cfg, tmp, f"{tmp}/metrics.jsonl", log=log)
@@ -309,8 +318,8 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     try:
-        if peer == "ours":
-            _train_ours(ctx, batch, checkpointing, clock)
+        if peer in ("ours", "ours-offload"):
+            _train_ours(ctx, batch, checkpointing, clock, offload=peer == "ours-offload")
         elif peer in ("hf", "hf-liger"):
             _train_hf(ctx, batch, checkpointing, clock, liger=peer == "hf-liger")
         elif peer == "trl":
@@ -352,7 +361,7 @@ def child_main(args: argparse.Namespace) -> None:
     ctx["rows"] = packed_rows(ctx["model_dir"], ctx["data"], args.seq)
     out: dict = {"peer": args.peer, "runs": {}}
     for cap_name in args.caps.split(","):
-        cap = CAPS[cap_name]
+        cap = ctx["cap"] = CAPS[cap_name]
         if torch.cuda.is_available() and not args.smoke:
             dev.apply_slice_cap(torch.device("cuda", 0), cap)
         if cap == 0:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from draslice.trainer import checkpoint, distributed, loglines, speed
+from draslice.trainer import checkpoint, distributed, loglines, offload, speed
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.data import BatchSampler, successor_chains
 from draslice.trainer.examples import (
@@ -82,6 +82,8 @@ def assemble(cfg: SFTConfig, device: torch.device, precision: str,
     if cfg.gradient_checkpointing:
         model.get_base_model().gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": False})
+        if cfg.offload_activations and device.type == "cuda":  # on a CPU it is already there
+            log(loglines.offloaded(offload.enable(model.get_base_model())))
     trainable, total = count_parameters(model)
     log(loglines.trainable_params(trainable, total))
     if not cfg.load_in_4bit:  # a 4-bit base is placed on the GPU when it is loaded

@@ -205,6 +205,10 @@ class SFTConfig:
     # Memory levers.
     gradient_checkpointing: bool = knob(False, "Recompute activations in backward: less "
                                                "memory, ~30% slower.")
+    offload_activations: bool = knob(False, "With gradient_checkpointing on a GPU: each "
+                                            "layer's saved input waits in pinned host memory "
+                                            "until backward, so more tokens a step fit a "
+                                            "small slice, for host copies beside the compute.")
     bf16_weights: bool = knob(False, "Keep the frozen base in bf16 (half of fp32).")
     load_in_4bit: bool = knob(False, "QLoRA: a 4-bit NF4 base through bitsandbytes "
                                      "(pip install 'draslice[qlora]'; GPU or CPU).")
@@ -252,6 +256,9 @@ class SFTConfig:
             raise InvalidParameter(
                 "batch_size", self.batch_size, f"must be in [1, dataset_size={self.dataset_size}]"
             )
+        if self.offload_activations and not self.gradient_checkpointing:
+            raise InvalidParameter("offload_activations", True, "needs gradient_checkpointing "
+                                   "too (it moves the activations that checkpointing keeps)")
         if self.fsdp and self.load_in_4bit:
             raise InvalidParameter("fsdp", True, "must be false with load_in_4bit (FSDP2 "
                                    "cannot shard bitsandbytes' 4-bit weights)")

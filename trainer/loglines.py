@@ -40,6 +40,10 @@ def fsdp_sharded(blocks: int, world: int) -> str:
     return f"[fsdp] {blocks} blocks and the rest of the model sharded over {world} processes"
 
 
+def offloaded(layers: int) -> str:
+    return f"[slice] activations offloaded to host memory: {layers} checkpointed layers"
+
+
 def slice_peak(peak_mem_gib: float) -> str:
     return f"[slice] peak_mem={peak_mem_gib:.2f} GiB"
 

@@ -56,6 +56,7 @@ def finetune(
     precision: str = "auto",
     slice_memory_gib: float = 0.0,
     gradient_checkpointing: bool = False,
+    offload_activations: bool = False,
     bf16_weights: bool = False,
     load_in_4bit: bool = False,
     checkpoint_every: int = 0,

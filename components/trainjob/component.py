@@ -57,6 +57,7 @@ def trainjob(
     pack: bool = False,
     eval_fraction: float = 0.0,
     gradient_checkpointing: bool = False,
+    offload_activations: bool = False,
     bf16_weights: bool = False,
     load_in_4bit: bool = False,
     lora_r: int = 8,
