@@ -15,9 +15,14 @@ checkpointing is switched off too (no trainer here recomputes activations).
 
 Timing: the first ``warmup`` optimizer steps are excluded (compilation happens in them). The
 clock starts at the end of step ``warmup`` and stops at the end of the last step: the Trainers'
-callback calls ``torch.cuda.synchronize`` at both points; our loop logs a step when it has read
-that step's loss, which waits for the step's end on the GPU. What a trainer does between steps
-(its data loader, callbacks) is inside the interval for all of them alike.
+callback calls ``torch.cuda.synchronize`` at both points; for our loop the interval is the sum of
+its own per-step times after the warm-up (``step_seconds`` in metrics.jsonl: CUDA events from
+one step's end to the next's, the same end-to-end interval on the device). The time at which our
+loop *logs* a step is not usable: it reads a step's loss one step late, after queueing the next
+step, so the log call can come up to a step's queueing after the step ended (and a synchronize
+there would wait for the next step too: peer_trainers.py did that until 2026-12-04 and counted
+one timed step too many, docs/benchmarks.md). What a trainer does between steps (its data
+loader, callbacks) is inside the interval for all of them alike.
 tokens/s = timed steps x batch x sequence length / interval. Peak memory is the process's
 peak reserved CUDA memory (what counts against a slice); every trainer runs in its own fresh
 process so no trainer sees another's cached blocks. On the CPU (``--smoke``) peak memory is
@@ -32,7 +37,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import re
+import json
 import sys
 import tempfile
 import time
@@ -69,7 +74,6 @@ COMPILE_MODE = {"ours": "auto", "ours-eager": "off", "ours-compiled": "default",
 OURS = tuple(COMPILE_MODE)
 THEIRS = ("hf", "hf-compiled", "trl")  # what each of ours is compared with
 SMOKE_TRAINERS = ("ours", "hf", "trl")
-STEP_LINE = re.compile(r"'step': (\d+)")
 
 
 @dataclass(frozen=True)
@@ -175,15 +179,6 @@ def run_ours(cfg: BenchConfig, torch_device: torch.device, precision: str, tmp: 
     from draslice.trainer.config import SFTConfig
     from draslice.trainer.sft import train
 
-    marks: dict[int, float] = {}
-
-    def log(line: str) -> None:
-        # With log_every=1 the loop logs every step once it has read that step's loss, which
-        # waits for the step's end on the device: the time of the call is the end of that step.
-        match = STEP_LINE.search(line)
-        if match and int(match[1]) in (cfg.warmup, cfg.steps):
-            marks[int(match[1])] = time.perf_counter()
-
     sft_cfg = SFTConfig(
         shape=cfg.shape, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
         lora_targets=cfg.lora_targets, batch_size=cfg.batch_size, steps=cfg.steps,
@@ -191,8 +186,20 @@ def run_ours(cfg: BenchConfig, torch_device: torch.device, precision: str, tmp: 
         dataset_size=cfg.dataset_size, alphabet=cfg.alphabet, seed=cfg.seed,
         device=str(torch_device), precision=precision, compile=compile_mode,
     )
-    result = train(sft_cfg, tmp / "out", tmp / "metrics.jsonl", log=log)
-    return {"marks": marks, "loss": {"first": result.initial_loss, "last5": result.final_loss}}
+    result = train(sft_cfg, tmp / "out", tmp / "metrics.jsonl", log=lambda _line: None)
+    seconds = loop_seconds(tmp / "metrics.jsonl", cfg.warmup, cfg.steps)
+    return {"marks": {cfg.warmup: 0.0, cfg.steps: seconds},
+            "loss": {"first": result.initial_loss, "last5": result.final_loss}}
+
+
+def loop_seconds(metrics: Path, warmup: int, last: int) -> float:
+    """Our loop's time for steps ``warmup + 1 .. last``, from its own metrics.jsonl."""
+    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    timed = {r["step"]: r["step_seconds"] for r in records if warmup < r["step"] <= last}
+    if sorted(timed) != list(range(warmup + 1, last + 1)):
+        raise RuntimeError(f"{metrics}: steps {sorted(timed)} recorded, expected "
+                           f"{warmup + 1}..{last}")
+    return sum(timed.values())
 
 
 class _StepClock(TrainerCallback):

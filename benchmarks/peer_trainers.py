@@ -30,7 +30,8 @@ fits is searched downward, and its tokens/s and peak are reported. ``--sms N`` r
 inside a CUDA green context of N SMs (compute emulation; the GPU's settings are not touched).
 
 Timing as in ``compare_trainers.py``: warm-up steps excluded, clock from the end of the
-warm-up step to the end of the last, tokens/s = timed steps x batch x seq / interval. MFU on
+warm-up step to the end of the last (the peers: a synchronize in a step-end callback; our loop:
+its own CUDA-event step times), tokens/s = timed steps x batch x seq / interval. MFU on
 the LoRA FLOPs (``flops.py``) over the matmul peak measured in the same run.
 """
 
@@ -41,7 +42,6 @@ import gc
 import json
 import os
 import random
-import re
 import shutil
 import sys
 import tempfile
@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 from childproc import kill_children_on_term, run_child, write_json  # noqa: E402
+from compare_trainers import loop_seconds  # noqa: E402
 from flops import FlopCount, mfu  # noqa: E402
 
 PEERS = {
@@ -68,7 +69,6 @@ CAPS = {"none": 0.0, "2g.12gb": 11.5, "1g.6gb": 5.75}
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LORA_R = LORA_ALPHA = 16
 LEARNING_RATE = 2e-4
-STEP_LINE = re.compile(r"'step': (\d+)")
 
 
 @dataclass(frozen=True)
@@ -188,10 +188,7 @@ def _train_ours(ctx: dict, batch: int, checkpointing: bool, clock: _Clock,
     from draslice.trainer.sft import SFTConfig, train
 
     def log(line: str) -> None:
-        match = STEP_LINE.search(line)
-        if match:
-            clock.stamp(int(match[1]))
-        elif line.startswith("speed:"):
+        if line.startswith(("speed:", "[slice] activations")):
             print(line, flush=True)
 
     shape = ctx["shape"]
@@ -209,6 +206,9 @@ def _train_ours(ctx: dict, batch: int, checkpointing: bool, clock: _Clock,
     )
     with tempfile.TemporaryDirectory(prefix="peer-ours-") as tmp:
         train(cfg, tmp, f"{tmp}/metrics.jsonl", log=log)
+        # The loop's own step times (compare_trainers.loop_seconds says why not its log times).
+        seconds = loop_seconds(Path(tmp) / "metrics.jsonl", clock.warmup, clock.last)
+    clock.marks = {clock.warmup: 0.0, clock.last: seconds}
 
 
 def _dataset(ctx: dict, batch: int, steps: int):

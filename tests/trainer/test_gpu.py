@@ -8,7 +8,7 @@ import torch
 from draslice.errors import SliceOutOfMemory
 from draslice.trainer import device as dev
 from draslice.trainer import loglines
-from draslice.trainer.config import SFTConfig
+from draslice.trainer.config import ModelShape, SFTConfig
 from draslice.trainer.sft import train
 from tests.conftest import requires_cuda
 
@@ -73,8 +73,8 @@ def test_offloaded_activations_train_the_same_in_less_device_memory(tmp_path):
     """offload_activations: the checkpointed layer inputs (32 x 512 x 256 values each, above
     offload.MIN_NUMEL) go to host memory and come back for backward: the same losses, and the
     peak lower by about those inputs."""
-    base = {"steps": 6, "batch_size": 32, "seq_len": 512, "n_layer": 8, "n_embd": 256,
-            "gradient_checkpointing": True, "compile": "off"}
+    base = {"steps": 6, "batch_size": 32, "gradient_checkpointing": True, "compile": "off",
+            "shape": ModelShape(n_layer=8, n_embd=256, seq_len=512)}
     kept = train(SFTConfig(**base), tmp_path / "k", tmp_path / "k.jsonl", log=lambda _l: None)
     lines: list[str] = []
     moved = train(SFTConfig(**base, offload_activations=True), tmp_path / "o",
