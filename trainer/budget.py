@@ -56,7 +56,7 @@ def knobs_to_try(cfg) -> list[Lever]:
         knobs.append(Lever("activations are recomputed in backward instead of kept; ~30% slower",
                            {"gradient_checkpointing": True}))
     if not getattr(cfg, "offload_activations", False):
-        knobs.append(Lever("the checkpointed layer inputs wait in host memory (GPU only)",
+        knobs.append(Lever("the checkpointed layer inputs wait in host memory; GPU only",
                            {"gradient_checkpointing": True, "offload_activations": True}))
     if not cfg.bf16_weights and not cfg.load_in_4bit:
         knobs.append(Lever("halves the frozen base's weights", {"bf16_weights": True}))

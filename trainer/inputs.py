@@ -77,7 +77,7 @@ def check_model_and_data(cfg) -> None:
     if cfg.synthetic:
         return
     key = (cfg.model_dir, cfg.max_length, str(cfg.data), cfg.data_format, cfg.pack,
-           cfg.batch_size, cfg.eval_fraction, _data_stamp(cfg.data))
+           cfg.batch_size, cfg.eval_fraction, _stamps(cfg.model_dir), _stamps(cfg.data))
     if key in _checked:
         return
     model.check_tokenizer_files(cfg.model_dir)
@@ -92,13 +92,15 @@ def check_model_and_data(cfg) -> None:
     _checked.add(key)
 
 
-def _data_stamp(data: str | Path) -> tuple[int, int] | None:
-    """Size and time of a data file, so data rewritten between two checks is read again."""
+def _stamps(path: str | Path) -> tuple:
+    """Names, sizes and times of a file or of a folder's files (not recursive): an input
+    rewritten between two checks in one process (a notebook, a test session) is checked again."""
+    path = Path(path).expanduser()
     try:
-        st = Path(data).expanduser().stat()
+        files = sorted(path.iterdir()) if path.is_dir() else [path]
+        return tuple((f.name, *_stamp(f)[:2]) for f in files if f.exists())
     except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
+        return ()
 
 
 def fingerprint(config: dict) -> dict[str, str]:
