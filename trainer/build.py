@@ -82,8 +82,9 @@ def assemble(cfg: SFTConfig, device: torch.device, precision: str,
     if cfg.gradient_checkpointing:
         model.get_base_model().gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": False})
-        if cfg.offload_activations and device.type == "cuda":  # on a CPU it is already there
-            log(loglines.offloaded(offload.enable(model.get_base_model())))
+        if cfg.offload_activations:  # on a CPU the activations are in host memory already
+            layers = offload.enable(model.get_base_model()) if device.type == "cuda" else 0
+            log(loglines.offloaded(layers, device.type))
     trainable, total = count_parameters(model)
     log(loglines.trainable_params(trainable, total))
     if not cfg.load_in_4bit:  # a 4-bit base is placed on the GPU when it is loaded

@@ -40,7 +40,9 @@ def fsdp_sharded(blocks: int, world: int) -> str:
     return f"[fsdp] {blocks} blocks and the rest of the model sharded over {world} processes"
 
 
-def offloaded(layers: int) -> str:
+def offloaded(layers: int, device_type: str = "cuda") -> str:
+    if device_type != "cuda":
+        return f"[slice] offload_activations: no effect on {device_type} (already in host memory)"
     return f"[slice] activations offloaded to host memory: {layers} checkpointed layers"
 
 

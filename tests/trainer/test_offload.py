@@ -45,3 +45,14 @@ def test_every_checkpointed_layer_takes_the_offloading_function_and_grads_stay(m
 def test_offload_without_checkpointing_is_refused_naming_both_knobs():
     with pytest.raises(InvalidParameter, match="offload_activations.*gradient_checkpointing"):
         SFTConfig(offload_activations=True)
+
+
+def test_on_a_cpu_the_knob_says_it_has_no_effect(tmp_path):
+    from draslice.trainer import loglines
+    from draslice.trainer.sft import train
+
+    lines: list[str] = []
+    cfg = SFTConfig(steps=2, batch_size=4, gradient_checkpointing=True, offload_activations=True,
+                    device="cpu", shape=ModelShape(n_layer=1, n_embd=32, n_head=2, seq_len=16))
+    train(cfg, tmp_path / "out", tmp_path / "m.jsonl", log=lines.append)
+    assert loglines.offloaded(0, "cpu") in lines
