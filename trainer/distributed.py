@@ -33,7 +33,6 @@ docs/distributed.md has the torchrun lines and how MIG limits this.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from draslice.errors import InvalidParameter
 from draslice.trainer import loglines
 from draslice.trainer.examples import IGNORE, TokenRows
 from draslice.trainer.loss import LossBatch, causal_lm_loss
+from draslice.trainer.torchrun_env import launched
 
 
 class StepLoss(torch.nn.Module):
@@ -240,17 +240,6 @@ def load_optimizer(step: StepLoss, optimizer: torch.optim.Optimizer, state: dict
         optimizer.load_state_dict(state)
         return
     set_optimizer_state_dict(step, optimizer, state, options=_options())
-
-
-def launched() -> tuple[int, int, int]:
-    """(rank, world size, local rank) as torchrun set them; (0, 1, 0) without torchrun."""
-    env = os.environ
-    try:
-        return (int(env.get("RANK", "0")), int(env.get("WORLD_SIZE", "1")),
-                int(env.get("LOCAL_RANK", "0")))
-    except ValueError as err:
-        raise InvalidParameter("RANK/WORLD_SIZE/LOCAL_RANK", str(err),
-                               "must be integers (torchrun sets them)") from None
 
 
 @contextmanager

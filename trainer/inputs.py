@@ -16,7 +16,6 @@ another path in the next pod).
 from __future__ import annotations
 
 import hashlib
-import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from draslice.trainer.examples import (
     read_records,
     train_count,
 )
+from draslice.trainer.torchrun_env import launched
 
 CHUNK = 1 << 20
 
@@ -59,7 +59,7 @@ def check_early(cfg, output_dir: str | Path) -> None:
     folder or file answers at once. Under torchrun every process runs the command at the same
     time, so there only the read-only checks run here; the folder checks run in rank 0 when
     the loop starts (``sft.train`` runs :func:`check_before_work` in every case)."""
-    if os.environ.get("WORLD_SIZE", "1") == "1":
+    if launched()[1] == 1:
         check_before_work(cfg, output_dir)
     else:
         check_model_and_data(cfg)
