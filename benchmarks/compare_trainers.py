@@ -188,7 +188,7 @@ def run_ours(cfg: BenchConfig, torch_device: torch.device, precision: str, tmp: 
     )
     result = train(sft_cfg, tmp / "out", tmp / "metrics.jsonl", log=lambda _line: None)
     seconds = loop_seconds(tmp / "metrics.jsonl", cfg.warmup, cfg.steps)
-    return {"marks": {cfg.warmup: 0.0, cfg.steps: seconds},
+    return {"seconds": seconds,
             "loss": {"first": result.initial_loss, "last5": result.final_loss}}
 
 
@@ -215,6 +215,13 @@ class _StepClock(TrainerCallback):
             _sync(self.device)
             self.marks[state.global_step] = time.perf_counter()
         return control
+
+    def seconds(self, which: str) -> float:
+        """From the end of the warm-up step to the end of the last."""
+        if set(self.marks) != {self.cfg.warmup, self.cfg.steps}:
+            raise RuntimeError(f"{which}: step clock saw steps {sorted(self.marks)}, expected "
+                               f"{self.cfg.warmup} and {self.cfg.steps}")
+        return self.marks[self.cfg.steps] - self.marks[self.cfg.warmup]
 
 
 class _Rows(torch.utils.data.Dataset):
@@ -284,7 +291,7 @@ def run_hf_family(which: str, cfg: BenchConfig, torch_device: torch.device, prec
             processing_class=word_tokenizer(cfg.shape.vocab_size), callbacks=[clock],
         )
     out = trainer.train()
-    return {"marks": clock.marks, "loss": {"mean": float(out.training_loss)},
+    return {"seconds": clock.seconds(which), "loss": {"mean": float(out.training_loss)},
             "optimizer": type(trainer.optimizer.optimizer
                               if hasattr(trainer.optimizer, "optimizer")
                               else trainer.optimizer).__name__}
@@ -317,11 +324,7 @@ def run_one(which: str, cfg: BenchConfig, device: str, precision_spec: str) -> d
         else:
             run = run_hf_family(which, cfg, torch_device, precision, Path(tmp))
         run_seconds = time.perf_counter() - start
-    marks = run.pop("marks")
-    if set(marks) != {cfg.warmup, cfg.steps}:
-        raise RuntimeError(f"{which}: step clock saw steps {sorted(marks)}, expected "
-                           f"{cfg.warmup} and {cfg.steps}")
-    seconds = marks[cfg.steps] - marks[cfg.warmup]
+    seconds = run.pop("seconds")
     out = {
         "trainer": which,
         "label": TRAINERS[which],

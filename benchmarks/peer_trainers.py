@@ -158,9 +158,21 @@ def packed_rows(model_dir: str, data: str, seq: int) -> tuple[list[list[int]], l
 
 
 class _Clock:
+    """The timed interval, from the end of the warm-up step to the end of the last: stamped
+    with a synchronize by a peer's step-end callback, or given whole (our loop's step times)."""
+
     def __init__(self, warmup: int, last: int) -> None:
         self.warmup, self.last = warmup, last
         self.marks: dict[int, float] = {}
+        self.given: float | None = None
+
+    def seconds(self) -> float | None:
+        """The interval; None when the stamps did not see both steps."""
+        if self.given is not None:
+            return self.given
+        if set(self.marks) != {self.warmup, self.last}:
+            return None
+        return self.marks[self.last] - self.marks[self.warmup]
 
     def stamp(self, step: int) -> None:
         if step in (self.warmup, self.last):
@@ -207,8 +219,7 @@ def _train_ours(ctx: dict, batch: int, checkpointing: bool, clock: _Clock,
     with tempfile.TemporaryDirectory(prefix="peer-ours-") as tmp:
         train(cfg, tmp, f"{tmp}/metrics.jsonl", log=log)
         # The loop's own step times (compare_trainers.loop_seconds says why not its log times).
-        seconds = loop_seconds(Path(tmp) / "metrics.jsonl", clock.warmup, clock.last)
-    clock.marks = {clock.warmup: 0.0, clock.last: seconds}
+        clock.given = loop_seconds(Path(tmp) / "metrics.jsonl", clock.warmup, clock.last)
 
 
 def _dataset(ctx: dict, batch: int, steps: int):
@@ -335,9 +346,9 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     run_s = time.perf_counter() - start
-    if set(clock.marks) != {warmup, warmup + steps}:
+    seconds = clock.seconds()
+    if seconds is None:
         return {"batch": batch, "oom": False, "error": f"clock saw steps {sorted(clock.marks)}"}
-    seconds = clock.marks[warmup + steps] - clock.marks[warmup]
     tokens = steps * batch * ctx["seq"]
     peak = torch.cuda.max_memory_reserved() / 1024**3 if torch.cuda.is_available() else None
     return {"batch": batch, "oom": False, "tokens_per_step": batch * ctx["seq"],

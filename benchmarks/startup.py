@@ -64,6 +64,14 @@ class Case:
     def label(self) -> str:
         return "draslice " + " ".join(self.args)
 
+    @property
+    def needs_files(self) -> bool:
+        return any("{dir}" in a for a in self.args)
+
+    def argv(self, folder: str) -> list[str]:
+        """The arguments with ``{dir}`` replaced by the folder :func:`write_files` filled."""
+        return [a.replace("{dir}", folder) for a in self.args]
+
 
 def command_paths() -> list[tuple[str, ...]]:
     """Every command and subcommand, as the CLI lists them (loads the command modules here,
@@ -112,8 +120,7 @@ def children_cpu_s() -> float:
 def measure(case: Case, cwd: str) -> tuple[float, float, int, str]:
     """One fresh ``python -m draslice`` run: (CPU s, wall s, exit code, last stderr line)."""
     cpu, wall = children_cpu_s(), time.perf_counter()
-    args = [a.replace("{dir}", cwd) for a in case.args]
-    done = subprocess.run([sys.executable, "-m", "draslice", *args], cwd=cwd,
+    done = subprocess.run([sys.executable, "-m", "draslice", *case.argv(cwd)], cwd=cwd,
                           capture_output=True, text=True, timeout=300)
     cpu, wall = children_cpu_s() - cpu, time.perf_counter() - wall
     lines = done.stderr.strip().splitlines()
@@ -136,7 +143,7 @@ def main() -> int:
     print(f"{'case':<{width}}  {'exit':>4}  {'CPU s':>6}  {'ratio':>5}  {'wall s':>6}")
     failures = []
     with tempfile.TemporaryDirectory(prefix="draslice-startup-") as cwd:
-        if any("{dir}" in " ".join(c.args) for c in selected):
+        if any(c.needs_files for c in selected):
             write_files(cwd)
         for case in selected:
             runs = [measure(case, cwd) for _ in range(args.repeats)]

@@ -113,10 +113,7 @@ def bad_files(tmp_path_factory) -> str:
 def test_help_and_bad_input_load_no_heavy_library(case, tmp_path, request):
     loaded = tmp_path / "loaded.txt"
     env = {**os.environ, "DRASLICE_HEAVY": ",".join(HEAVY), "DRASLICE_LOADED": str(loaded)}
-    args = list(case.args)
-    if any("{dir}" in a for a in args):
-        folder = request.getfixturevalue("bad_files")
-        args = [a.replace("{dir}", folder) for a in args]
+    args = case.argv(request.getfixturevalue("bad_files")) if case.needs_files else case.args
     done = subprocess.run([sys.executable, "-c", RECORD_IMPORTS, *args], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == case.exit_code, done.stderr[-2000:]
