@@ -79,44 +79,45 @@ def _train(cfg: SFTConfig, output_dir: str | Path, metrics_path: Path, ranks: di
         reader = StepReader(device)
         pad_to = cfg.max_length if cfg.pad_to_max_length and not cfg.synthetic else 0
         run.model.train()
-        for step in range(start_step + 1, cfg.steps + 1):
-            reader.begin()
-            if run.plan.mark_steps:  # this step's outputs may overwrite the last graph's buffers
-                torch.compiler.cudagraph_mark_step_begin()
-            rows = run.batches.next()  # the global batch: the same draw in every process
-            batch = to_device(run.train_rows.collate(ranks.shard(rows), pad_to=pad_to), device)
-            with run.autocast:
-                loss = step_loss(batch, ranks.share(batch, rows))
-            loss.backward()
-            run.optimizer.step()
-            run.scheduler.step()
-            run.optimizer.zero_grad(set_to_none=True)
-            # The one sync point of a step: on a GPU, push() waits for the *previous* step to
-            # end and reads its loss while this one runs (the labelled positions were chosen
-            # on the host in to_device, so nothing else in a step waits for the GPU).
-            done = reader.push(step, ranks.mean(loss), ranks.tokens(batch, rows),
-                               run.scheduler.get_last_lr()[0])
-            saving = cfg.checkpoint_every and (step % cfg.checkpoint_every == 0
-                                               or step == cfg.steps)
-            evaluating = run.eval_rows is not None and progress.logged(step)
-            if saving or evaluating or step == cfg.steps:
-                # At once, not one step late: a checkpoint never holds a step that diverged,
-                # and step N's eval loss is measured before step N + 1 changes the model.
-                done += reader.flush()
-            eval_loss = (evaluate(run.step_loss, run.eval_rows, cfg.batch_size, device,
-                                  run.autocast) if evaluating else None)
-            for figures in done:
-                progress.add(figures, eval_loss if figures.step == step else None)
-            if saving:  # gathered whole by every process (FSDP2), written by rank 0
-                adapter = distributed.full_trainable(run.step_loss)
-                optimizer = distributed.full_optimizer(run.step_loss, run.optimizer)
-                with ranks.main_first() as main:  # all resume from the same whole one
-                    if main:
-                        checkpoint.save(ckpt_root, step, run.model,
-                                        run.state(losses, optimizer), adapter)
-        if run.eval_rows is not None and progress.eval_loss is None:  # resumed at the end
-            progress.eval_loss = evaluate(run.step_loss, run.eval_rows, cfg.batch_size, device,
-                                          run.autocast)
+        with run.lora_inputs_uncast():  # peft casts again for the reference logits
+            for step in range(start_step + 1, cfg.steps + 1):
+                reader.begin()
+                if run.plan.mark_steps:  # its outputs may overwrite the last graph's buffers
+                    torch.compiler.cudagraph_mark_step_begin()
+                rows = run.batches.next()  # the global batch: the same draw in every process
+                batch = to_device(run.train_rows.collate(ranks.shard(rows), pad_to=pad_to), device)
+                with run.autocast:
+                    loss = step_loss(batch, ranks.share(batch, rows))
+                loss.backward()
+                run.optimizer.step()
+                run.scheduler.step()
+                run.optimizer.zero_grad(set_to_none=True)
+                # The one sync point of a step: on a GPU, push() waits for the *previous* step to
+                # end and reads its loss while this one runs (the labelled positions were chosen
+                # on the host in to_device, so nothing else in a step waits for the GPU).
+                done = reader.push(step, ranks.mean(loss), ranks.tokens(batch, rows),
+                                   run.scheduler.get_last_lr()[0])
+                saving = cfg.checkpoint_every and (step % cfg.checkpoint_every == 0
+                                                   or step == cfg.steps)
+                evaluating = run.eval_rows is not None and progress.logged(step)
+                if saving or evaluating or step == cfg.steps:
+                    # At once, not one step late: a checkpoint never holds a step that diverged,
+                    # and step N's eval loss is measured before step N + 1 changes the model.
+                    done += reader.flush()
+                eval_loss = (evaluate(run.step_loss, run.eval_rows, cfg.batch_size, device,
+                                      run.autocast) if evaluating else None)
+                for figures in done:
+                    progress.add(figures, eval_loss if figures.step == step else None)
+                if saving:  # gathered whole by every process (FSDP2), written by rank 0
+                    adapter = distributed.full_trainable(run.step_loss)
+                    optimizer = distributed.full_optimizer(run.step_loss, run.optimizer)
+                    with ranks.main_first() as main:  # all resume from the same whole one
+                        if main:
+                            checkpoint.save(ckpt_root, step, run.model,
+                                            run.state(losses, optimizer), adapter)
+            if run.eval_rows is not None and progress.eval_loss is None:  # resumed at the end
+                progress.eval_loss = evaluate(run.step_loss, run.eval_rows, cfg.batch_size, device,
+                                              run.autocast)
         peak_gib = loglines.gib(ranks.max(dev.peak_memory_bytes(device), device))
         initial, final, drop = loss_drop(losses)
         result = SFTResult(

@@ -1,0 +1,75 @@
+"""While the loop trains under bf16 autocast, peft's LoRA layers keep their inputs in bf16
+(``build.Training.lora_inputs_uncast``): the same gradients, fewer bytes kept for backward, and
+peft's cast back in place for forwards outside autocast (the reference logits)."""
+
+from __future__ import annotations
+
+import torch
+
+from draslice.trainer import build
+from draslice.trainer.config import ModelShape, SFTConfig
+
+SHAPE = ModelShape(vocab_size=64, n_layer=2, n_embd=32, n_head=2, seq_len=16)
+
+
+def _cfg(**kw) -> SFTConfig:
+    return SFTConfig(**{"device": "cpu", "precision": "bf16", "bf16_weights": True,
+                        "shape": SHAPE, **kw})
+
+
+def _step(run: build.Training, ids: torch.Tensor) -> tuple[dict[str, torch.Tensor], int]:
+    """(LoRA gradients, bytes of the distinct tensors autograd kept for backward)."""
+    kept: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    run.model.zero_grad()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), run.autocast:
+        loss = run.model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in run.model.named_parameters() if p.grad is not None}
+    return grads, sum(kept.values())
+
+
+def test_uncast_inputs_give_the_same_gradients_and_keep_fewer_bytes():
+    run = build.assemble(_cfg(), torch.device("cpu"), "bf16", log=lambda _line: None)
+    run.model.train()
+    ids = torch.randint(0, SHAPE.vocab_size, (4, SHAPE.seq_len),
+                        generator=torch.Generator().manual_seed(0))
+    cast_grads, cast_bytes = _step(run, ids)
+    with run.lora_inputs_uncast():
+        kept_grads, kept_bytes = _step(run, ids)
+    assert cast_grads and cast_grads.keys() == kept_grads.keys()
+    for name, grad in cast_grads.items():
+        torch.testing.assert_close(kept_grads[name], grad, rtol=0, atol=0, msg=name)
+    assert kept_bytes < cast_bytes
+
+
+def test_peft_casts_again_after_the_loop():
+    run = build.assemble(_cfg(), torch.device("cpu"), "bf16", log=lambda _line: None)
+    layers = [m for m in run.model.modules() if hasattr(m, "cast_input_dtype_enabled")]
+    assert layers
+    with run.lora_inputs_uncast():
+        assert not any(m.cast_input_dtype_enabled for m in layers)
+    assert all(m.cast_input_dtype_enabled for m in layers)
+
+
+def test_without_autocast_nothing_changes():
+    run = build.assemble(_cfg(precision="fp32", bf16_weights=False), torch.device("cpu"),
+                         "fp32", log=lambda _line: None)
+    with run.lora_inputs_uncast():
+        assert all(m.cast_input_dtype_enabled for m in run.model.modules()
+                   if hasattr(m, "cast_input_dtype_enabled"))
+
+
+def test_a_bf16_run_ends_with_its_reference_logits_outside_autocast(tmp_path):
+    """The forward after the loop runs a bf16 base against fp32 LoRA weights without autocast:
+    it needs peft's cast back (this failed on the GPU when the cast stayed off)."""
+    from draslice.trainer.sft import train
+
+    cfg = _cfg(steps=2, batch_size=4, gradient_checkpointing=True)
+    result = train(cfg, tmp_path / "out", tmp_path / "m.jsonl", log=lambda _line: None)
+    assert result.precision == "bf16"
+    assert (tmp_path / "out" / "reference_logits.pt").is_file()
