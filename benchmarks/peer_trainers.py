@@ -17,6 +17,8 @@ Peers, each in a fresh process per (peer, cap group):
   with gradient checkpointing and the cap given as ``slice_memory_gib`` (as a user runs it);
 - ``ours-offload``: the same with ``offload_activations`` under a cap (the checkpointed layer
   inputs in host memory, as Unsloth's offloaded checkpointing does); uncapped it is ``ours``;
+- ``ours-tiled``: ``ours-offload`` with ``tile_mlp`` too (each layer's MLP on tiles of the
+  tokens); uncapped it is ``ours``;
 - ``hf``: HF ``Trainer`` + peft (the seed's approach);
 - ``hf-liger``: the same with ``use_liger_kernel=True`` (what LlamaFactory's
   ``enable_liger_kernel`` does: Liger's RoPE, RMSNorm, SwiGLU and fused linear cross-entropy);
@@ -60,6 +62,7 @@ from flops import FlopCount, mfu  # noqa: E402
 PEERS = {
     "ours": "draslice SFT loop (default)",
     "ours-offload": "draslice SFT loop + offload_activations",
+    "ours-tiled": "draslice SFT loop + offload_activations + tile_mlp",
     "hf": "HF Trainer + peft",
     "hf-liger": "HF Trainer + peft + Liger",
     "trl": "TRL SFTTrainer + peft",
@@ -196,11 +199,11 @@ class _Clock:
 
 
 def _train_ours(ctx: dict, batch: int, checkpointing: bool, clock: _Clock,
-                offload: bool = False) -> None:
+                offload: bool = False, tile: bool = False) -> None:
     from draslice.trainer.sft import SFTConfig, train
 
     def log(line: str) -> None:
-        if line.startswith(("speed:", "[slice] activations")):
+        if line.startswith(("speed:", "[slice] activations", "[slice] MLP")):
             print(line, flush=True)
 
     shape = ctx["shape"]
@@ -210,7 +213,7 @@ def _train_ours(ctx: dict, batch: int, checkpointing: bool, clock: _Clock,
         lora_r=LORA_R, lora_alpha=LORA_ALPHA, lora_targets=",".join(TARGETS),
         learning_rate=LEARNING_RATE, log_every=1, bf16_weights=not shape.quantized,
         load_in_4bit=shape.quantized, gradient_checkpointing=checkpointing,
-        offload_activations=offload and checkpointing,
+        offload_activations=offload and checkpointing, tile_mlp=tile and checkpointing,
         device="cuda" if not ctx["smoke"] else "cpu",
         # The loop sets the process's memory fraction itself (0: the whole device), so the
         # cap is given to it; otherwise it would lift the cap the child set.
@@ -327,10 +330,12 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+        torch.cuda.reset_accumulated_memory_stats()
     start = time.perf_counter()
     try:
-        if peer in ("ours", "ours-offload"):
-            _train_ours(ctx, batch, checkpointing, clock, offload=peer == "ours-offload")
+        if peer.startswith("ours"):
+            _train_ours(ctx, batch, checkpointing, clock, offload=peer != "ours",
+                        tile=peer == "ours-tiled")
         elif peer in ("hf", "hf-liger"):
             _train_hf(ctx, batch, checkpointing, clock, liger=peer == "hf-liger")
         elif peer == "trl":
@@ -351,8 +356,13 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
         return {"batch": batch, "oom": False, "error": f"clock saw steps {sorted(clock.marks)}"}
     tokens = steps * batch * ctx["seq"]
     peak = torch.cuda.max_memory_reserved() / 1024**3 if torch.cuda.is_available() else None
+    # Each retry is a cudaFree of the cache and a synchronize: many mean the cap, not the
+    # compute, set the pace.
+    retries = (torch.cuda.memory_stats().get("num_alloc_retries")
+               if torch.cuda.is_available() else None)
     return {"batch": batch, "oom": False, "tokens_per_step": batch * ctx["seq"],
-            "tokens_per_s": tokens / seconds, "peak_reserved_gib": peak, "run_s": run_s}
+            "tokens_per_s": tokens / seconds, "peak_reserved_gib": peak, "run_s": run_s,
+            "alloc_retries": retries}
 
 
 def child_main(args: argparse.Namespace) -> None:

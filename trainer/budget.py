@@ -58,6 +58,9 @@ def knobs_to_try(cfg) -> list[Lever]:
     if not getattr(cfg, "offload_activations", False):
         knobs.append(Lever("the checkpointed layer inputs wait in host memory; GPU only",
                            {"gradient_checkpointing": True, "offload_activations": True}))
+    if not getattr(cfg, "tile_mlp", False):
+        knobs.append(Lever("each layer's MLP runs a tile of tokens at a time; one more MLP "
+                           "forward", {"gradient_checkpointing": True, "tile_mlp": True}))
     if not cfg.bf16_weights and not cfg.load_in_4bit:
         knobs.append(Lever("halves the frozen base's weights", {"bf16_weights": True}))
     if cfg.batch_size > 1:

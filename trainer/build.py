@@ -4,8 +4,9 @@ optimizer and schedule; and the state a killed run left, restored.
 In order: the base (synthetic GPT-2 of ``shape``, or ``model_dir`` with its tokenizer), the
 token rows (completion-only labels, packed on request, an eval split), LoRA on the
 architecture's projections with the memory levers (bf16 weights, 4-bit base, gradient
-checkpointing), the speed plan (``speed``: CUDA graphs, Liger, torch.compile), fused AdamW on
-fp32 LoRA weights and a warmup + constant/cosine schedule.
+checkpointing, offloaded activations, tiled MLP), the speed plan (``speed``: CUDA graphs,
+Liger, torch.compile), fused AdamW on fp32 LoRA weights and a warmup + constant/cosine
+schedule.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from draslice.trainer import checkpoint, distributed, loglines, offload, speed
+from draslice.trainer import checkpoint, distributed, loglines, offload, speed, tiled_mlp
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.data import BatchSampler, successor_chains
 from draslice.trainer.examples import (
@@ -102,6 +103,8 @@ def assemble(cfg: SFTConfig, device: torch.device, precision: str,
         if cfg.offload_activations:  # on a CPU the activations are in host memory already
             layers = offload.enable(model.get_base_model()) if device.type == "cuda" else 0
             log(loglines.offloaded(layers, device.type))
+        if cfg.tile_mlp:
+            log(loglines.tiled(tiled_mlp.enable(model.get_base_model())))
     trainable, total = count_parameters(model)
     log(loglines.trainable_params(trainable, total))
     if not cfg.load_in_4bit:  # a 4-bit base is placed on the GPU when it is loaded

@@ -209,6 +209,10 @@ class SFTConfig:
                                             "layer's saved input waits in pinned host memory "
                                             "until backward, so more tokens a step fit a "
                                             "small slice, for host copies beside the compute.")
+    tile_mlp: bool = knob(False, "With gradient_checkpointing: each layer's MLP runs a tile of "
+                                 "tokens at a time and recomputes it in backward, so its "
+                                 "intermediate-size activations never exist for the whole "
+                                 "batch; more tokens a step fit, for one more MLP forward.")
     bf16_weights: bool = knob(False, "Keep the frozen base in bf16 (half of fp32).")
     load_in_4bit: bool = knob(False, "QLoRA: a 4-bit NF4 base through bitsandbytes "
                                      "(pip install 'draslice[qlora]'; GPU or CPU).")
@@ -259,6 +263,9 @@ class SFTConfig:
         if self.offload_activations and not self.gradient_checkpointing:
             raise InvalidParameter("offload_activations", True, "needs gradient_checkpointing "
                                    "too (it moves the activations that checkpointing keeps)")
+        if self.tile_mlp and not self.gradient_checkpointing:
+            raise InvalidParameter("tile_mlp", True, "needs gradient_checkpointing too (a "
+                                   "tile is recomputed in the checkpointed layer's backward)")
         if self.fsdp and self.load_in_4bit:
             raise InvalidParameter("fsdp", True, "must be false with load_in_4bit (FSDP2 "
                                    "cannot shard bitsandbytes' 4-bit weights)")

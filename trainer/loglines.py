@@ -46,6 +46,10 @@ def offloaded(layers: int, device_type: str = "cuda") -> str:
     return f"[slice] activations offloaded to host memory: {layers} checkpointed layers"
 
 
+def tiled(mlps: int) -> str:
+    return f"[slice] MLP run in tiles of tokens: {mlps} layers"
+
+
 def slice_peak(peak_mem_gib: float) -> str:
     return f"[slice] peak_mem={peak_mem_gib:.2f} GiB"
 

@@ -44,8 +44,8 @@ DEMO = Preset(
 FINETUNE = Preset(
     name="finetune",
     exposed=("model_dir", "data", "data_format", "max_length", "pack", "eval_fraction",
-             "gradient_checkpointing", "offload_activations", "bf16_weights", "load_in_4bit",
-             "lora_r", "lora_alpha",
+             "gradient_checkpointing", "offload_activations", "tile_mlp", "bf16_weights",
+             "load_in_4bit", "lora_r", "lora_alpha",
              "lora_targets", "batch_size", "steps", "learning_rate", "lr_schedule",
              "warmup_steps", "checkpoint_every", "checkpoint_dir", "merge", "seed", "device",
              "precision", "slice_memory_gib", "memory_headroom", "min_loss_drop", "compile"),

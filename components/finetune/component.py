@@ -57,6 +57,7 @@ def finetune(
     slice_memory_gib: float = 0.0,
     gradient_checkpointing: bool = False,
     offload_activations: bool = False,
+    tile_mlp: bool = False,
     bf16_weights: bool = False,
     load_in_4bit: bool = False,
     checkpoint_every: int = 0,

@@ -58,6 +58,7 @@ def trainjob(
     eval_fraction: float = 0.0,
     gradient_checkpointing: bool = False,
     offload_activations: bool = False,
+    tile_mlp: bool = False,
     bf16_weights: bool = False,
     load_in_4bit: bool = False,
     lora_r: int = 8,

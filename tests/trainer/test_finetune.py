@@ -256,10 +256,11 @@ def test_oom_advice_names_the_unused_levers(tiny_llama, demo_data):
     cfg = _cfg(tiny_llama, demo_data["chat"], max_length=64 * 2)
     text = budget.oom_advice(5.75, 5.6, budget.knobs_to_try(cfg))
     assert "the slice has 5.75 GiB" in text and "reached 5.60 GiB" in text
-    for flag in ("--gradient-checkpointing", "--offload-activations", "--bf16-weights",
-                 "--batch-size 4",
+    for flag in ("--gradient-checkpointing", "--offload-activations", "--tile-mlp",
+                 "--bf16-weights", "--batch-size 4",
                  "--load-in-4bit", "--max-length 64"):
         assert flag in text
     lean = _cfg(tiny_llama, demo_data["chat"], gradient_checkpointing=True,
-                offload_activations=True, load_in_4bit=True, batch_size=1, max_length=64)
+                offload_activations=True, tile_mlp=True, load_in_4bit=True, batch_size=1,
+                max_length=64)
     assert budget.knobs_to_try(lean) == []
