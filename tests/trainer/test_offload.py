@@ -7,12 +7,10 @@ knob's rule; tests/trainer/test_gpu.py checks the copies and the memory saved on
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-from draslice.errors import InvalidParameter
 from draslice.trainer import offload
-from draslice.trainer.config import ModelShape, SFTConfig
+from draslice.trainer.config import ModelShape
 from draslice.trainer.model import build_base
 
 
@@ -40,19 +38,3 @@ def test_every_checkpointed_layer_takes_the_offloading_function_and_grads_stay(m
     assert plain.keys() == moved.keys()
     for name, grad in plain.items():
         torch.testing.assert_close(moved[name], grad, msg=name)
-
-
-def test_offload_without_checkpointing_is_refused_naming_both_knobs():
-    with pytest.raises(InvalidParameter, match="offload_activations.*gradient_checkpointing"):
-        SFTConfig(offload_activations=True)
-
-
-def test_on_a_cpu_the_knob_says_it_has_no_effect(tmp_path):
-    from draslice.trainer import loglines
-    from draslice.trainer.sft import train
-
-    lines: list[str] = []
-    cfg = SFTConfig(steps=2, batch_size=4, gradient_checkpointing=True, offload_activations=True,
-                    device="cpu", shape=ModelShape(n_layer=1, n_embd=32, n_head=2, seq_len=16))
-    train(cfg, tmp_path / "out", tmp_path / "m.jsonl", log=lines.append)
-    assert loglines.offloaded(0, "cpu") in lines

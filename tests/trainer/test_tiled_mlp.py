@@ -10,9 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from draslice.errors import InvalidParameter
 from draslice.trainer import tiled_mlp
-from draslice.trainer.config import ModelShape, SFTConfig
+from draslice.trainer.config import ModelShape
 from draslice.trainer.model import build_base
 
 
@@ -61,19 +60,3 @@ def test_enabling_twice_wraps_once():
     tiled_mlp.enable(model)
     tiled_mlp.enable(model)
     assert not isinstance(model.transformer.h[0].mlp.forward.forward, tiled_mlp.TiledForward)
-
-
-def test_tiling_without_checkpointing_is_refused_naming_both_knobs():
-    with pytest.raises(InvalidParameter, match="tile_mlp.*gradient_checkpointing"):
-        SFTConfig(tile_mlp=True)
-
-
-def test_a_run_with_tiles_says_so(tmp_path):
-    from draslice.trainer import loglines
-    from draslice.trainer.sft import train
-
-    lines: list[str] = []
-    cfg = SFTConfig(steps=2, batch_size=4, gradient_checkpointing=True, tile_mlp=True,
-                    device="cpu", shape=ModelShape(n_layer=2, n_embd=32, n_head=2, seq_len=16))
-    train(cfg, tmp_path / "out", tmp_path / "m.jsonl", log=lines.append)
-    assert loglines.tiled(2) in lines
