@@ -172,7 +172,7 @@ def test_memory_levers_are_knobs_spelled_as_train_flags():
 
     train_flags = {o.opts[0] for o in _options(train).values()}
     levers = knobs_to_try(SFTConfig(model_dir="m", data="d"))
-    assert len(levers) == 6
+    assert len(levers) == 7
     for lever in levers:
         for name in lever.changes:
             assert name in KNOBS and flag(name) in train_flags
