@@ -8,9 +8,15 @@ checkpointing moves them to the host; this does the same with PyTorch's own piec
 saved-tensor hooks, so hooks around the call see exactly those tensors and nothing inside the
 layer (the checkpoint's own hooks take over there). The pack hook copies a CUDA tensor into
 pinned host memory on the current stream without waiting; the unpack hook copies it back when
-backward recomputes the layer. Both copies are ordered on the stream with the compute that
-made and uses the tensor, so no event or synchronisation is needed, and the caching allocator
-reuses the device block only after the copy out.
+backward recomputes the layer.
+
+The copy out runs on a side stream, after the compute that made the tensor, so the next
+layer's forward does not wait for it (a copy on the compute stream stalled it: 28 layers x
+100 MB over PCIe at 16 x 2,048 tokens is a tenth of a second a step). ``record_stream`` keeps
+the caching allocator from reusing the tensor's device block before that copy is done. The
+copy back runs on the compute stream after waiting for the side stream, where backward is
+about to use it; the pinned host block is reused only after the copies that use it (the host
+allocator records them).
 """
 
 from __future__ import annotations
@@ -28,11 +34,24 @@ if TYPE_CHECKING:
 MIN_NUMEL = 1 << 20
 
 
+_COPY_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def _copy_stream(device: torch.device) -> torch.cuda.Stream:
+    if device not in _COPY_STREAMS:
+        _COPY_STREAMS[device] = torch.cuda.Stream(device)
+    return _COPY_STREAMS[device]
+
+
 def _pack(tensor: torch.Tensor):
     if tensor.device.type != "cuda" or tensor.numel() < MIN_NUMEL:
         return tensor
     host = torch.empty_like(tensor, device="cpu", pin_memory=True)
-    host.copy_(tensor, non_blocking=True)
+    side = _copy_stream(tensor.device)
+    side.wait_stream(torch.cuda.current_stream(tensor.device))
+    with torch.cuda.stream(side):
+        host.copy_(tensor, non_blocking=True)
+    tensor.record_stream(side)
     return tensor.device, host
 
 
@@ -40,6 +59,7 @@ def _unpack(packed) -> torch.Tensor:
     if isinstance(packed, torch.Tensor):
         return packed
     device, host = packed
+    torch.cuda.current_stream(device).wait_stream(_copy_stream(device))
     return host.to(device, non_blocking=True)
 
 
