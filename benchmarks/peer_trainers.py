@@ -168,6 +168,8 @@ class _Clock:
         self.warmup, self.last = warmup, last
         self.marks: dict[int, float] = {}
         self.given: float | None = None
+        self.notes: list[str] = []
+        """What the run said about how it ran (our loop's speed plan, a failed capture)."""
 
     def seconds(self) -> float | None:
         """The interval; None when the stamps did not see both steps."""
@@ -205,6 +207,7 @@ def _train_ours(ctx: dict, batch: int, checkpointing: bool, clock: _Clock,
     def log(line: str) -> None:
         if line.startswith(("speed:", "[slice] activations", "[slice] MLP")):
             print(line, flush=True)
+            clock.notes.append(line)
 
     shape = ctx["shape"]
     cfg = SFTConfig(
@@ -362,7 +365,7 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
                if torch.cuda.is_available() else None)
     return {"batch": batch, "oom": False, "tokens_per_step": batch * ctx["seq"],
             "tokens_per_s": tokens / seconds, "peak_reserved_gib": peak, "run_s": run_s,
-            "alloc_retries": retries}
+            "alloc_retries": retries, **({"notes": clock.notes} if clock.notes else {})}
 
 
 def child_main(args: argparse.Namespace) -> None:

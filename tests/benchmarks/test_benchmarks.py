@@ -104,7 +104,7 @@ def test_the_gpu_host_paths_do_not_import_kfp():
             sys.modules[name] = None  # any 'import kfp' now raises ImportError
         sys.path[:0] = [{str(BENCH)!r}, {str(REMOTE)!r}]
         import compare_trainers, fit_slice, gpu_all, envfacts, flops, childproc
-        import peer_trainers, sm_cap
+        import peer_trainers, profile_step, sm_cap
         import draslice.trainer.sft, draslice.trainer.smoke, tests.scratch
         print("ok")
     """)
@@ -289,4 +289,6 @@ def test_peer_trainers_smoke_runs_ours_and_trainer_and_prints_the_table(tmp_path
     for peer in ("ours", "hf"):
         run = summary["peers"][peer]["runs"]["none"]
         assert run["tokens_per_s"] > 0, run
+    # what our loop said about how it ran is kept with its figures (a failed capture, too)
+    assert summary["peers"]["ours"]["runs"]["none"]["notes"] == ["speed: off"]
     assert "| draslice SFT loop (default) | none | 4 x 64 |" in done.stdout
