@@ -28,7 +28,9 @@ Peers, each in a fresh process per (peer, cap group):
 Caps: ``none`` (no cap, no gradient checkpointing, batch ``--batch``), and the emulated slices
 (per-process CUDA memory cap, ``trainer/device.py``) with each tool's memory levers on
 (gradient checkpointing; Unsloth's own offloaded checkpointing): there the largest batch that
-fits is searched downward, and its tokens/s and peak are reported. ``--sms N`` runs everything
+fits is searched downward, each batch in a fresh process (an attempt that ran out of memory
+leaves a capped allocator fragmented: in one process, a batch that fitted as the first try
+failed after two larger ones), and its tokens/s and peak are reported. ``--sms N`` runs everything
 inside a CUDA green context of N SMs (compute emulation; the GPU's settings are not touched).
 
 Timing as in ``compare_trainers.py``: warm-up steps excluded, clock from the end of the
@@ -369,7 +371,8 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
 
 
 def child_main(args: argparse.Namespace) -> None:
-    """One peer, one cap group, in this fresh process."""
+    """One attempt of one peer, in this fresh process: ``--batch`` rows under the one cap of
+    ``--caps`` (with the peer's memory levers when capped)."""
     if args.peer == "unsloth":
         import unsloth  # noqa: F401 -- before transformers/peft/trl, as Unsloth requires
     import torch
@@ -383,26 +386,18 @@ def child_main(args: argparse.Namespace) -> None:
     shape = SHAPES[args.shape]
     ctx = {"shape": shape, "seq": args.seq, "smoke": args.smoke, **json.loads(args.inputs)}
     ctx["rows"] = packed_rows(ctx["model_dir"], ctx["data"], args.seq)
-    out: dict = {"peer": args.peer, "runs": {}}
-    for cap_name in args.caps.split(","):
-        cap = ctx["cap"] = CAPS[cap_name]
-        if torch.cuda.is_available() and not args.smoke:
-            dev.apply_slice_cap(torch.device("cuda", 0), cap)
-        if cap == 0:
-            result = attempt(args.peer, ctx, args.batch, False, args.warmup, args.steps)
-            out["runs"][cap_name] = {"cap_gib": None, **result}
-        else:
-            tries = []
-            for batch in [b for b in FIT_BATCHES if b <= args.fit_max]:
-                result = attempt(args.peer, ctx, batch, True, 2, max(2, args.steps // 2))
-                tries.append({k: result.get(k) for k in ("batch", "oom", "error")})
-                fits = "tokens_per_s" in result and (result["peak_reserved_gib"] or 0) <= cap
-                if fits or (not result.get("oom") and "error" in result):
-                    break
-            out["runs"][cap_name] = {"cap_gib": cap, **result, "fits": fits, "tries": tries}
-        print(f"{args.peer} {cap_name}: {json.dumps(out['runs'][cap_name])}", flush=True)
-        write_json(args.result, out)
-    write_json(args.result, out)
+    cap_name = args.caps
+    cap = ctx["cap"] = CAPS[cap_name]
+    if torch.cuda.is_available() and not args.smoke:
+        dev.apply_slice_cap(torch.device("cuda", 0), cap)
+    if cap == 0:
+        result = attempt(args.peer, ctx, args.batch, False, args.warmup, args.steps)
+    else:
+        result = attempt(args.peer, ctx, args.batch, True, 2, max(2, args.steps // 2))
+        result["fits"] = "tokens_per_s" in result and (result["peak_reserved_gib"] or 0) <= cap
+    result = {"cap_gib": cap or None, **result}
+    print(f"{args.peer} {cap_name} batch {args.batch}: {json.dumps(result)}", flush=True)
+    write_json(args.result, {"peer": args.peer, "runs": {cap_name: result}})
 
 
 # ----------------------------------------------------------------------------------------
@@ -441,7 +436,8 @@ def main() -> None:
                         default="qwen2.5-0.5b")
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--peers", default=",".join(PEERS))
-    parser.add_argument("--caps", default=",".join(CAPS))
+    parser.add_argument("--caps", help=f"default: {','.join(CAPS)} (with --smoke: none; a cap "
+                        "given there runs the fit search's code path, nothing is capped on a CPU)")
     parser.add_argument("--batch", type=int, default=0,
                         help="rows per step without a cap (default: 16,384 tokens a step)")
     parser.add_argument("--fit-max", type=int, default=32, help="largest batch tried under a cap")
@@ -453,7 +449,8 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="CPU, a tiny Qwen2 shape")
     parser.add_argument("--peak-tflops", type=float)
     parser.add_argument("--model-root", default="/dev/shm/draslice-peers")
-    parser.add_argument("--timeout-s", type=float, default=400, help="per child")
+    parser.add_argument("--timeout-s", type=float, default=400,
+                        help="per child process (one attempt)")
     parser.add_argument("--json-out")
     # child mode
     parser.add_argument("--child-peer", dest="peer", help=argparse.SUPPRESS)
@@ -461,7 +458,8 @@ def main() -> None:
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.smoke:
-        args.shape, args.caps, args.warmup, args.steps = "smoke", "none", 1, 2
+        args.shape, args.warmup, args.steps = "smoke", 1, 2
+        args.caps = args.caps or "none"
         args.seq, args.batch = min(args.seq, 64), 4
         args.model_root = tempfile.mkdtemp(prefix="peers-smoke-")
     args.batch = args.batch or max(1, 16384 // args.seq)
@@ -471,7 +469,7 @@ def main() -> None:
 
     kill_children_on_term()
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
-    caps = [c.strip() for c in args.caps.split(",") if c.strip()]
+    caps = [c.strip() for c in (args.caps or ",".join(CAPS)).split(",") if c.strip()]
     bad = sorted(set(peers) - set(PEERS)) + sorted(set(caps) - set(CAPS))
     if bad:
         parser.error(f"unknown {bad}; peers: {', '.join(PEERS)}; caps: {', '.join(CAPS)}")
@@ -487,32 +485,43 @@ def main() -> None:
     summary = {"shape": args.shape, "seq": args.seq, "caps": caps, "sms": args.sms,
                "peak_tflops": peak, "flops": SHAPES[args.shape].flops(args.seq).to_dict(),
                "peers": {}}
-    groups = [c for c in caps if c == "none"], [c for c in caps if c != "none"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "PYTHONUNBUFFERED": "1", "UNSLOTH_DISABLE_STATISTICS": "1"}
     with tempfile.TemporaryDirectory(prefix="peers-") as work:
+
+        def one(peer: str, cap: str, batch: int) -> dict:
+            """One attempt in a fresh process: its result, or what stopped the process."""
+            result = Path(work) / f"{peer}-{cap}-{batch}.json"
+            argv = [sys.executable, __file__, "--child-peer", peer, "--shape", args.shape,
+                    "--seq", str(args.seq), "--caps", cap, "--batch", str(batch),
+                    "--warmup", str(args.warmup), "--steps", str(args.steps),
+                    "--sms", str(args.sms), "--sm-way", args.sm_way,
+                    "--inputs", json.dumps(inputs), "--result", str(result)]
+            if args.smoke:
+                argv.append("--smoke")
+            outcome = run_child(argv, result, args.timeout_s, prefix=f"[{peer}] ", env=env)
+            run = ((outcome.result or {}).get("runs") or {}).get(cap)
+            if run is not None:
+                return run
+            tail = outcome.tail.strip().splitlines()
+            return {"batch": batch, "oom": False,
+                    "error": "timed out" if outcome.timed_out else
+                    f"exit {outcome.returncode}" + (f": {tail[-1][:300]}" if tail else "")}
+
         for peer in peers:
-            merged: dict = {"runs": {}}
-            for group in groups:
-                if not group:
+            runs: dict = {}
+            for cap in caps:
+                if cap == "none":
+                    runs[cap] = one(peer, cap, args.batch)
                     continue
-                result = Path(work) / f"{peer}.json"
-                argv = [sys.executable, __file__, "--child-peer", peer, "--shape", args.shape,
-                        "--seq", str(args.seq), "--caps", ",".join(group), "--batch",
-                        str(args.batch), "--fit-max", str(args.fit_max), "--warmup",
-                        str(args.warmup), "--steps", str(args.steps), "--sms", str(args.sms),
-                        "--sm-way", args.sm_way,
-                        "--inputs", json.dumps(inputs), "--result", str(result)]
-                if args.smoke:
-                    argv.append("--smoke")
-                outcome = run_child(argv, result, args.timeout_s, prefix=f"[{peer}] ", env=env)
-                merged["runs"].update((outcome.result or {}).get("runs", {}))
-                if not outcome.ok:
-                    merged["error"] = ("timed out" if outcome.timed_out else
-                                       f"exit {outcome.returncode}: "
-                                       + outcome.tail.strip().splitlines()[-1][:300]
-                                       if outcome.tail.strip() else f"exit {outcome.returncode}")
-            summary["peers"][peer] = merged
+                tries = []
+                for batch in [b for b in FIT_BATCHES if b <= args.fit_max]:
+                    run = one(peer, cap, batch)
+                    tries.append({k: run.get(k) for k in ("batch", "oom", "error")})
+                    if run.get("fits") or (not run.get("oom") and "error" in run):
+                        break
+                runs[cap] = {**run, "fits": bool(run.get("fits")), "tries": tries}
+            summary["peers"][peer] = {"runs": runs}
             if args.json_out:
                 write_json(args.json_out, summary)
     print("\n".join(table(summary)), flush=True)

@@ -292,3 +292,21 @@ def test_peer_trainers_smoke_runs_ours_and_trainer_and_prints_the_table(tmp_path
     # what our loop said about how it ran is kept with its figures (a failed capture, too)
     assert summary["peers"]["ours"]["runs"]["none"]["notes"] == ["speed: off"]
     assert "| draslice SFT loop (default) | none | 4 x 64 |" in done.stdout
+
+
+def test_peer_trainers_searches_a_capped_batch_one_process_an_attempt(tmp_path):
+    """Under a cap every batch tried runs in its own process (the search's code path on the
+    CPU: nothing is capped there, so the first batch fits), with our levers switched on."""
+    out = tmp_path / "peers.json"
+    done = subprocess.run([sys.executable, str(BENCH / "peer_trainers.py"), "--smoke",
+                           "--peers", "ours-tiled", "--caps", "none,1g.6gb", "--fit-max", "4",
+                           "--json-out", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    runs = json.loads(out.read_text())["peers"]["ours-tiled"]["runs"]
+    assert runs["none"]["notes"] == ["speed: off"]  # uncapped: no levers
+    capped = runs["1g.6gb"]
+    assert capped["fits"] and capped["batch"] == 4 and capped["cap_gib"] == 5.75
+    assert capped["tries"] == [{"batch": 4, "oom": False, "error": None}]
+    assert any(n.startswith("[slice] MLP run in tiles") for n in capped["notes"])
+    assert done.stdout.count("ours-tiled 1g.6gb batch 4:") == 1
