@@ -393,7 +393,9 @@ def child_main(args: argparse.Namespace) -> None:
     if cap == 0:
         result = attempt(args.peer, ctx, args.batch, False, args.warmup, args.steps)
     else:
-        result = attempt(args.peer, ctx, args.batch, True, 2, max(2, args.steps // 2))
+        # As many timed steps as uncapped: Unsloth's first steps after warm-up are slow, and 5
+        # timed steps understated it by about 2x (docs/benchmarks.md, run G).
+        result = attempt(args.peer, ctx, args.batch, True, args.warmup, args.steps)
         result["fits"] = "tokens_per_s" in result and (result["peak_reserved_gib"] or 0) <= cap
     result = {"cap_gib": cap or None, **result}
     print(f"{args.peer} {cap_name} batch {args.batch}: {json.dumps(result)}", flush=True)
@@ -442,7 +444,8 @@ def main() -> None:
                         help="rows per step without a cap (default: 16,384 tokens a step)")
     parser.add_argument("--fit-max", type=int, default=32, help="largest batch tried under a cap")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=10, help="timed steps without a cap")
+    parser.add_argument("--steps", type=int, default=10,
+                        help="timed steps of each attempt, capped or not")
     parser.add_argument("--sms", type=int, default=0,
                         help="run inside a CUDA green context of N SMs (0: all)")
     parser.add_argument("--sm-way", default="init-set-stream", help="see sm_cap.WAYS")
