@@ -98,8 +98,7 @@ def assemble(cfg: SFTConfig, device: torch.device, precision: str,
     cfg = replace(cfg, lora_targets=resolve_targets(base, cfg.lora_targets))
     model = wrap_lora(base, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets)
     if cfg.gradient_checkpointing:
-        model.get_base_model().gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs={"use_reentrant": False})
+        checkpointing(model.get_base_model())
         if cfg.offload_activations:  # on a CPU the activations are in host memory already
             layers = offload.enable(model.get_base_model()) if device.type == "cuda" else 0
             log(loglines.offloaded(layers, device.type))
@@ -129,6 +128,17 @@ def assemble(cfg: SFTConfig, device: torch.device, precision: str,
         autocast=autocast, plan=plan, trainable_params=trainable, total_params=total,
         step_loss=step_loss,
     )
+
+
+def checkpointing(base: torch.nn.Module) -> None:
+    """Non-reentrant gradient checkpointing of every layer, by the name the installed
+    transformers has for it (``activation_checkpointing_enable`` since 5.x; the old name now
+    warns that v6 removes it)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(base, "activation_checkpointing_enable"):
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def resume(run: Training, root: Path, log: Callable[[str], None]) -> tuple[int, list[float]]:

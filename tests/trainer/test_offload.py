@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from draslice.trainer import offload
+from draslice.trainer import build, offload
 from draslice.trainer.config import ModelShape
 from draslice.trainer.model import build_base
 
@@ -24,7 +24,7 @@ def test_every_checkpointed_layer_takes_the_offloading_function_and_grads_stay(m
     shape = ModelShape(vocab_size=64, n_layer=3, n_embd=32, n_head=2, seq_len=16)
     model = build_base(shape, seed=0)
     model.train()
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    build.checkpointing(model)
     ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
     plain = _grads(model, ids)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from draslice.trainer import tiled_mlp
+from draslice.trainer import build, tiled_mlp
 from draslice.trainer.config import ModelShape
 from draslice.trainer.model import build_base
 
@@ -35,7 +35,7 @@ def test_every_mlp_runs_in_tiles_and_the_gradients_stay():
     shape = ModelShape(vocab_size=64, n_layer=3, n_embd=32, n_head=2, seq_len=512)
     model = build_base(shape, seed=0)
     model.train()
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    build.checkpointing(model)
     ids = torch.randint(0, 64, (4, 512), generator=torch.Generator().manual_seed(0))
     whole = _grads(model, ids)
 
