@@ -136,7 +136,7 @@ def checkpointing(base: torch.nn.Module) -> None:
     warns that v6 removes it)."""
     kwargs = {"use_reentrant": False}
     if hasattr(base, "activation_checkpointing_enable"):
-        base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        base.activation_checkpointing_enable(kwargs)  # its first parameter: the kwargs
     else:
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
