@@ -50,6 +50,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,10 +204,14 @@ class _Clock:
 
 
 def _train_ours(ctx: dict, batch: int, checkpointing: bool, clock: _Clock,
-                offload: bool = False, tile: bool = False) -> None:
+                offload: bool = False, tile: bool = False,
+                on_line: Callable[[str], None] | None = None) -> None:
+    """``on_line``: every line the loop logs (profile_step.py steps its profiler on them)."""
     from draslice.trainer.sft import SFTConfig, train
 
     def log(line: str) -> None:
+        if on_line is not None:
+            on_line(line)
         if line.startswith(("speed:", "[slice] activations", "[slice] MLP")):
             print(line, flush=True)
             clock.notes.append(line)

@@ -1,13 +1,15 @@
 """Where a step of our loop spends its time, on a peer benchmark's shape and cap.
 
     python benchmarks/profile_step.py --shape qwen2.5-1.5b --seq 2048 --batch 16 \
-        --cap 1g.6gb [--offload] [--tile] [--steps 6]
+        --cap 1g.6gb [--offload] [--tile] [--skip 3] [--active 3]
 
 Runs ``draslice.trainer.sft.train`` as ``peer_trainers.py``'s ``ours`` runner does (the same
 random-init model, packed rows, LoRA and cap; gradient checkpointing under a cap) inside
-``torch.profiler`` and prints each step's time from the loop's own metrics, then the operators
-with the most host time and the most device time. A step whose device time is well below its
-wall time is waiting on the host: the host table says on what.
+``torch.profiler`` and prints the timed steps' tokens/s from the loop's own metrics, then, over
+``--active`` steps after ``--skip`` (model load, the first steps' allocations, autotuning and
+cuDNN plans left out), the host and device time a step and the operators with the most of
+each. A step whose device time is well below its wall time is waiting on the host: the host
+table says on what.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,29 +34,51 @@ def main() -> None:
     parser.add_argument("--cap", choices=list(CAPS), default="1g.6gb")
     parser.add_argument("--offload", action="store_true", help="offload_activations")
     parser.add_argument("--tile", action="store_true", help="tile_mlp")
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--skip", type=int, default=3, help="steps before the profiled ones")
+    parser.add_argument("--active", type=int, default=3, help="steps profiled")
     parser.add_argument("--rows", type=int, default=25, help="operators per table")
     parser.add_argument("--model-root", default="/dev/shm/draslice-peers")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CPU, the tiny Qwen2 shape, no cap (checks this script's own code)")
     args = parser.parse_args()
+    if args.smoke:
+        args.shape, args.seq, args.batch, args.cap = "smoke", 64, 4, "none"
+        args.model_root = tempfile.mkdtemp(prefix="profile-smoke-")
 
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, schedule
 
     root = Path(args.model_root)
     root.mkdir(parents=True, exist_ok=True)
-    ctx = {"shape": SHAPES[args.shape], "seq": args.seq, "smoke": False,
-           "cap": CAPS[args.cap], **prepare(args.shape, args.seq, root, smoke=False)}
-    clock = _Clock(1, args.steps)
-    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
-    with profile(activities=activities) as prof:
+    ctx = {"shape": SHAPES[args.shape], "seq": args.seq, "smoke": args.smoke,
+           "cap": CAPS[args.cap], **prepare(args.shape, args.seq, root, smoke=args.smoke)}
+    # The loop logs a step when it reads its loss, one step late on a GPU: the window lags the
+    # steps by one, which leaves the per-step averages as they are.
+    steps = args.skip + args.active + 1
+    clock = _Clock(1, steps)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
+                                           if torch.cuda.is_available() else [])
+    window = schedule(wait=args.skip - 1, warmup=1, active=args.active, repeat=1)
+    with profile(activities=activities, schedule=window) as prof:
+
+        def on_line(line: str) -> None:
+            if line.startswith("{'loss'"):  # a step's line (loglines.step_loss)
+                prof.step()
+
         _train_ours(ctx, args.batch, CAPS[args.cap] > 0, clock, offload=args.offload,
-                    tile=args.tile)
-    print(json.dumps({"timed_seconds": clock.given, "steps": args.steps - 1,
-                      "tokens_per_s": (args.steps - 1) * args.batch * args.seq / clock.given,
-                      "peak_reserved_gib": torch.cuda.max_memory_reserved() / 1024**3}))
+                    tile=args.tile, on_line=on_line)
     table = prof.key_averages()
+    host = sum(e.self_cpu_time_total for e in table) / args.active / 1e6
+    device = sum(e.self_device_time_total for e in table) / args.active / 1e6
+    print(json.dumps({"timed_steps": steps - 1, "tokens_per_s": (steps - 1) * args.batch
+                      * args.seq / clock.given,
+                      "step_seconds": clock.given / (steps - 1),
+                      "profiled_host_seconds_a_step": host,
+                      "profiled_device_seconds_a_step": device,
+                      "peak_reserved_gib": (torch.cuda.max_memory_reserved() / 1024**3
+                                            if torch.cuda.is_available() else None)}))
     print(table.table(sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=60))
-    print(table.table(sort_by="self_cuda_time_total", row_limit=args.rows,
+    print(table.table(sort_by="self_device_time_total", row_limit=args.rows,
                       max_name_column_width=60))
 
 

@@ -310,3 +310,18 @@ def test_peer_trainers_searches_a_capped_batch_one_process_an_attempt(tmp_path):
     assert capped["tries"] == [{"batch": 4, "oom": False, "error": None}]
     assert any(n.startswith("[slice] MLP run in tiles") for n in capped["notes"])
     assert done.stdout.count("ours-tiled 1g.6gb batch 4:") == 1
+
+
+def test_profile_step_profiles_only_the_steps_after_the_skipped_ones(tmp_path):
+    """profile_step.py on the CPU: the profiler's window is stepped by the loop's step lines and
+    holds exactly --active steps; the figures a step are printed as one JSON line."""
+    done = subprocess.run([sys.executable, str(BENCH / "profile_step.py"), "--smoke",
+                           "--skip", "2", "--active", "3", "--rows", "5"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    figures = json.loads(next(line for line in done.stdout.splitlines()
+                              if line.startswith("{\"timed_steps\"")))
+    assert figures["timed_steps"] == 5 and figures["tokens_per_s"] > 0
+    assert figures["profiled_host_seconds_a_step"] > 0
+    steps_row = next(line for line in done.stdout.splitlines() if "ProfilerStep*" in line)
+    assert steps_row.split()[-1] == "3"  # calls: the active window only
