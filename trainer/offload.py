@@ -17,6 +17,11 @@ the caching allocator from reusing the tensor's device block before that copy is
 copy back runs on the compute stream after waiting for the side stream, where backward is
 about to use it; the pinned host block is reused only after the copies that use it (the host
 allocator records them).
+
+transformers 5.2x offers the same as ``activation_checkpointing_enable(offload=True)``, through
+torch's ``save_on_cpu``: every saved tensor, its copies on the compute stream (its docstring says
+the step gets slower). Here the copy out runs beside the compute, and the small tensors every
+layer shares stay put; the GPU host's transformers (5.17) may not have it either.
 """
 
 from __future__ import annotations
