@@ -8,6 +8,7 @@ import torch
 
 from draslice.trainer import build
 from draslice.trainer.config import ModelShape, SFTConfig
+from tests.trainer.grads import param_grads
 
 SHAPE = ModelShape(vocab_size=64, n_layer=2, n_embd=32, n_head=2, seq_len=16)
 
@@ -29,8 +30,7 @@ def _step(run: build.Training, ids: torch.Tensor) -> tuple[dict[str, torch.Tenso
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), run.autocast:
         loss = run.model(input_ids=ids, labels=ids).loss
     loss.backward()
-    grads = {n: p.grad.clone() for n, p in run.model.named_parameters() if p.grad is not None}
-    return grads, sum(kept.values())
+    return param_grads(run.model), sum(kept.values())
 
 
 def test_uncast_inputs_give_the_same_gradients_and_keep_fewer_bytes():

@@ -9,31 +9,23 @@ from __future__ import annotations
 
 import torch
 
-from draslice.trainer import build, offload
+from draslice.trainer import offload
 from draslice.trainer.config import ModelShape
-from draslice.trainer.model import build_base
-
-
-def _grads(model: torch.nn.Module, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-    model.zero_grad()
-    model(input_ids=ids, labels=ids).loss.backward()
-    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+from tests.trainer.grads import checkpointed_base, lm_grads
 
 
 def test_every_checkpointed_layer_takes_the_offloading_function_and_grads_stay(monkeypatch):
     shape = ModelShape(vocab_size=64, n_layer=3, n_embd=32, n_head=2, seq_len=16)
-    model = build_base(shape, seed=0)
-    model.train()
-    build.checkpointing(model)
+    model = checkpointed_base(shape)
     ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
-    plain = _grads(model, ids)
+    plain = lm_grads(model, ids)
 
     calls = []
     real = offload.offloaded_checkpoint
     monkeypatch.setattr(offload, "offloaded_checkpoint",
                         lambda fn, *a, **kw: calls.append(1) or real(fn, *a, **kw))
     assert offload.enable(model) == shape.n_layer
-    moved = _grads(model, ids)
+    moved = lm_grads(model, ids)
     assert len(calls) == shape.n_layer  # each layer's forward went through it
     assert plain.keys() == moved.keys()
     for name, grad in plain.items():

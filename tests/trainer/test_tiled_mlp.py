@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from draslice.trainer import build, tiled_mlp
+from draslice.trainer import tiled_mlp
 from draslice.trainer.config import ModelShape
 from draslice.trainer.model import build_base
+from tests.trainer.grads import checkpointed_base, lm_grads
 
 
 @pytest.mark.parametrize(("tokens", "hidden", "intermediate", "tiles"), [
@@ -25,26 +26,18 @@ def test_tile_count(tokens, hidden, intermediate, tiles):
     assert tiled_mlp.tile_count(tokens, hidden, intermediate) == tiles
 
 
-def _grads(model: torch.nn.Module, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-    model.zero_grad()
-    model(input_ids=ids, labels=ids).loss.backward()
-    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-
 def test_every_mlp_runs_in_tiles_and_the_gradients_stay():
     shape = ModelShape(vocab_size=64, n_layer=3, n_embd=32, n_head=2, seq_len=512)
-    model = build_base(shape, seed=0)
-    model.train()
-    build.checkpointing(model)
+    model = checkpointed_base(shape)
     ids = torch.randint(0, 64, (4, 512), generator=torch.Generator().manual_seed(0))
-    whole = _grads(model, ids)
+    whole = lm_grads(model, ids)
 
     assert tiled_mlp.enable(model) == shape.n_layer
     rows: list[int] = []
     for block in model.transformer.h:
         inner = block.mlp.forward.forward
         block.mlp.forward.forward = lambda x, inner=inner: rows.append(x.shape[0]) or inner(x)
-    tiled = _grads(model, ids)
+    tiled = lm_grads(model, ids)
     # 2,048 tokens: 2 tiles of 1,024 a layer, each run in the forward and recomputed in
     # backward (the layer's recomputation may stop before its last tile: checkpoint's early
     # stop once every saved tensor is back).
