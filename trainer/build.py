@@ -97,13 +97,13 @@ def assemble(cfg: SFTConfig, device: torch.device, precision: str,
     train_rows, eval_rows = data(cfg, tokenizer)
     cfg = replace(cfg, lora_targets=resolve_targets(base, cfg.lora_targets))
     model = wrap_lora(base, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets)
-    if cfg.gradient_checkpointing:
-        checkpointing(model.get_base_model())
+    if cfg.gradient_checkpointing:  # on the base, which LoRA wrapped in place
+        checkpointing(base)
         if cfg.offload_activations:  # on a CPU the activations are in host memory already
-            layers = offload.enable(model.get_base_model()) if device.type == "cuda" else 0
+            layers = offload.enable(base) if device.type == "cuda" else 0
             log(loglines.offloaded(layers, device.type))
         if cfg.tile_mlp:
-            log(loglines.tiled(tiled_mlp.enable(model.get_base_model())))
+            log(loglines.tiled(tiled_mlp.enable(base)))
     trainable, total = count_parameters(model)
     log(loglines.trainable_params(trainable, total))
     if not cfg.load_in_4bit:  # a 4-bit base is placed on the GPU when it is loaded

@@ -7,8 +7,8 @@ checkpointing moves them to the host; this does the same with PyTorch's own piec
 ``torch.utils.checkpoint`` (non-reentrant) saves a layer's inputs through the autograd
 saved-tensor hooks, so hooks around the call see exactly those tensors and nothing inside the
 layer (the checkpoint's own hooks take over there). The pack hook copies a CUDA tensor into
-pinned host memory on the current stream without waiting; the unpack hook copies it back when
-backward recomputes the layer.
+pinned host memory without waiting; the unpack hook copies it back when backward recomputes
+the layer.
 
 The copy out runs on a side stream, after the compute that made the tensor, so the next
 layer's forward does not wait for it (a copy on the compute stream stalled it: 28 layers x
@@ -79,8 +79,8 @@ def enable(model: torch.nn.Module) -> int:
     offload its saved input; returns how many layers now do.
 
     Transformers calls each layer's ``_gradient_checkpointing_func``; that attribute is the one
-    place to swap the function (``gradient_checkpointing_enable`` accepts only keyword
-    arguments for the stock one).
+    place to swap the function (enabling checkpointing takes only keyword arguments for the
+    stock one).
     """
     flagged = [m for m in model.modules()
                if getattr(m, "gradient_checkpointing", False)
