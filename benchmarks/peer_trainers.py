@@ -163,7 +163,7 @@ def packed_rows(model_dir: str, data: str, seq: int) -> tuple[list[list[int]], l
 # One attempt of one peer: train warmup + timed steps at one batch size, in this process.
 
 
-class _Clock:
+class Clock:
     """The timed interval, from the end of the warm-up step to the end of the last: stamped
     with a synchronize by a peer's step-end callback, or given whole (our loop's step times)."""
 
@@ -203,7 +203,7 @@ class _Clock:
         return StepClock()
 
 
-def _train_ours(ctx: dict, batch: int, checkpointing: bool, clock: _Clock,
+def train_ours(ctx: dict, batch: int, checkpointing: bool, clock: Clock,
                 offload: bool = False, tile: bool = False,
                 on_line: Callable[[str], None] | None = None) -> None:
     """``on_line``: every line the loop logs (profile_step.py steps its profiler on them)."""
@@ -277,7 +277,7 @@ def _peft_model(ctx: dict):
                                             target_modules=list(TARGETS), task_type="CAUSAL_LM"))
 
 
-def _train_hf(ctx: dict, batch: int, checkpointing: bool, clock: _Clock, liger: bool) -> None:
+def _train_hf(ctx: dict, batch: int, checkpointing: bool, clock: Clock, liger: bool) -> None:
     from transformers import Trainer, TrainingArguments
 
     model = _peft_model(ctx)
@@ -291,7 +291,7 @@ def _train_hf(ctx: dict, batch: int, checkpointing: bool, clock: _Clock, liger: 
         trainer.train()
 
 
-def _train_trl(ctx: dict, batch: int, checkpointing: bool, clock: _Clock) -> None:
+def _train_trl(ctx: dict, batch: int, checkpointing: bool, clock: Clock) -> None:
     from datasets import Dataset
     from trl import SFTConfig as TrlConfig
     from trl import SFTTrainer
@@ -308,7 +308,7 @@ def _train_trl(ctx: dict, batch: int, checkpointing: bool, clock: _Clock) -> Non
         trainer.train()
 
 
-def _train_unsloth(ctx: dict, batch: int, checkpointing: bool, clock: _Clock) -> None:
+def _train_unsloth(ctx: dict, batch: int, checkpointing: bool, clock: Clock) -> None:
     import torch
     from datasets import Dataset
     from trl import SFTConfig as TrlConfig
@@ -336,7 +336,7 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
     """Train ``warmup + steps`` steps at ``batch``; tokens/s and peak, or ``oom``."""
     import torch
 
-    clock = _Clock(warmup, warmup + steps)
+    clock = Clock(warmup, warmup + steps)
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -344,7 +344,7 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
     start = time.perf_counter()
     try:
         if peer.startswith("ours"):
-            _train_ours(ctx, batch, checkpointing, clock, offload=peer != "ours",
+            train_ours(ctx, batch, checkpointing, clock, offload=peer != "ours",
                         tile=peer == "ours-tiled")
         elif peer in ("hf", "hf-liger"):
             _train_hf(ctx, batch, checkpointing, clock, liger=peer == "hf-liger")

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-from peer_trainers import CAPS, SHAPES, _Clock, _train_ours, prepare  # noqa: E402
+from peer_trainers import CAPS, SHAPES, Clock, prepare, train_ours  # noqa: E402
 
 
 def main() -> None:
@@ -55,7 +55,7 @@ def main() -> None:
     # The loop logs a step when it reads its loss, one step late on a GPU: the window lags the
     # steps by one, which leaves the per-step averages as they are.
     steps = args.skip + args.active + 1
-    clock = _Clock(1, steps)
+    clock = Clock(1, steps)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
                                            if torch.cuda.is_available() else [])
     window = schedule(wait=args.skip - 1, warmup=1, active=args.active, repeat=1)
@@ -65,7 +65,7 @@ def main() -> None:
             if line.startswith("{'loss'"):  # a step's line (loglines.step_loss)
                 prof.step()
 
-        _train_ours(ctx, args.batch, CAPS[args.cap] > 0, clock, offload=args.offload,
+        train_ours(ctx, args.batch, CAPS[args.cap] > 0, clock, offload=args.offload,
                     tile=args.tile, on_line=on_line)
     table = prof.key_averages()
     host = sum(e.self_cpu_time_total for e in table) / args.active / 1e6
