@@ -13,13 +13,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from draslice.trainer import checkpoint, distributed, loglines, offload, speed, tiled_mlp
+from draslice.trainer import (
+    checkpoint,
+    distributed,
+    loglines,
+    lora_fused,
+    offload,
+    speed,
+    tiled_mlp,
+)
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.data import BatchSampler, successor_chains
 from draslice.trainer.examples import (
@@ -78,7 +86,11 @@ class Training:
             return nullcontext()
         from peft.helpers import disable_input_dtype_casting
 
-        return disable_input_dtype_casting(self.model)
+        stack = ExitStack()
+        stack.enter_context(disable_input_dtype_casting(self.model))
+        if self.plan.mode not in speed.INDUCTOR_MODES:  # inductor fuses the sum itself
+            stack.enter_context(lora_fused.fused(self.model))
+        return stack
 
     def state(self, losses: list[float], optimizer: dict) -> dict:
         """What a checkpoint holds besides the adapter, to resume exactly here (``optimizer``:

@@ -73,3 +73,27 @@ def test_a_bf16_run_ends_with_its_reference_logits_outside_autocast(tmp_path):
     result = train(cfg, tmp_path / "out", tmp_path / "m.jsonl", log=lambda _line: None)
     assert result.precision == "bf16"
     assert (tmp_path / "out" / "reference_logits.pt").is_file()
+
+
+def test_the_fused_sum_trains_like_peft_in_fp32_and_within_bf16_rounding():
+    """lora_fused: base + scaling * x A^T B^T in one addmm gives peft's gradients (fp32: to
+    rounding; bf16 autocast: within bf16's), and peft's forward is back after the loop."""
+    from draslice.trainer import lora_fused
+
+    for precision, tol in (("fp32", 1e-5), ("bf16", 3e-2)):
+        run = build.assemble(_cfg(precision=precision, bf16_weights=precision == "bf16"),
+                             torch.device("cpu"), precision, log=lambda _line: None)
+        run.model.train()
+        for layer in lora_fused.lora_layers(run.model):  # B starts at zero: make it count
+            for name in layer.lora_B:
+                torch.nn.init.normal_(layer.lora_B[name].weight, std=0.1)
+        ids = torch.randint(0, SHAPE.vocab_size, (4, SHAPE.seq_len),
+                            generator=torch.Generator().manual_seed(0))
+        peft_grads, _ = _step(run, ids)
+        with run.lora_inputs_uncast():
+            fused_grads, _ = _step(run, ids)
+        assert peft_grads.keys() == fused_grads.keys()
+        for name, grad in peft_grads.items():
+            torch.testing.assert_close(fused_grads[name], grad, rtol=tol, atol=tol, msg=name)
+        if precision == "bf16":  # installed only under autocast
+            assert not any("forward" in vars(m) for m in lora_fused.lora_layers(run.model))
