@@ -19,6 +19,8 @@ Peers, each in a fresh process per (peer, cap group):
   inputs in host memory, as Unsloth's offloaded checkpointing does); uncapped it is ``ours``;
 - ``ours-tiled``: ``ours-offload`` with ``tile_mlp`` too (each layer's MLP on tiles of the
   tokens); uncapped it is ``ours``;
+- ``ours-offload-peft``: ``ours-offload`` with peft's own LoRA forward instead of
+  ``trainer/lora_fused.py``'s one-matmul sum (what that change is worth, in one call);
 - ``hf``: HF ``Trainer`` + peft (the seed's approach);
 - ``hf-liger``: the same with ``use_liger_kernel=True`` (what LlamaFactory's
   ``enable_liger_kernel`` does: Liger's RoPE, RMSNorm, SwiGLU and fused linear cross-entropy);
@@ -35,7 +37,9 @@ inside a CUDA green context of N SMs (compute emulation; the GPU's settings are 
 
 Timing as in ``compare_trainers.py``: warm-up steps excluded, clock from the end of the
 warm-up step to the end of the last (the peers: a synchronize in a step-end callback; our loop:
-its own CUDA-event step times), tokens/s = timed steps x batch x seq / interval. MFU on
+its own CUDA-event step times), tokens/s = timed steps x batch x seq / interval. For the
+peers, the tokens their models' embeddings were given inside the interval are counted too
+(``tokens_seen``): a trainer that changed the batch or skipped rows would show there. MFU on
 the LoRA FLOPs (``flops.py``) over the matmul peak measured in the same run.
 """
 
@@ -50,7 +54,8 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +71,7 @@ PEERS = {
     "ours": "draslice SFT loop (default)",
     "ours-offload": "draslice SFT loop + offload_activations",
     "ours-tiled": "draslice SFT loop + offload_activations + tile_mlp",
+    "ours-offload-peft": "draslice SFT loop + offload_activations, peft's LoRA forward",
     "hf": "HF Trainer + peft",
     "hf-liger": "HF Trainer + peft + Liger",
     "trl": "TRL SFTTrainer + peft",
@@ -173,6 +179,28 @@ class Clock:
         self.given: float | None = None
         self.notes: list[str] = []
         """What the run said about how it ran (our loop's speed plan, a failed capture)."""
+        self.seen = 0
+        """Tokens given to the model's embedding in training forwards so far (peers only)."""
+        self.seen_at: dict[int, int] = {}
+
+    def count_embedded_tokens(self) -> None:
+        """Count the tokens of every training forward from here on (``tokens_seen``)."""
+        import torch
+
+        clock, forward = self, torch.nn.Embedding.forward
+
+        def counted(module: torch.nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
+            if torch.is_grad_enabled() and module.training:
+                clock.seen += ids.numel()
+            return forward(module, ids)
+
+        torch.nn.Embedding.forward = counted
+
+    def tokens_seen(self) -> int | None:
+        """Tokens embedded between the two stamps; None where nothing was counted."""
+        if set(self.seen_at) != {self.warmup, self.last} or not self.seen:
+            return None
+        return self.seen_at[self.last] - self.seen_at[self.warmup]
 
     def seconds(self) -> float | None:
         """The interval; None when the stamps did not see both steps."""
@@ -189,6 +217,7 @@ class Clock:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             self.marks[step] = time.perf_counter()
+            self.seen_at[step] = self.seen
 
     def callback(self):
         from transformers import TrainerCallback
@@ -341,9 +370,15 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         torch.cuda.reset_accumulated_memory_stats()
+    if not peer.startswith("ours"):
+        clock.count_embedded_tokens()  # ours: the loop's own step times and batch
     start = time.perf_counter()
     try:
         if peer.startswith("ours"):
+            if peer == "ours-offload-peft":
+                from draslice.trainer import lora_fused
+
+                lora_fused.fused = _peft_forward
             train_ours(ctx, batch, checkpointing, clock, offload=peer != "ours",
                         tile=peer == "ours-tiled")
         elif peer in ("hf", "hf-liger"):
@@ -372,7 +407,14 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
                if torch.cuda.is_available() else None)
     return {"batch": batch, "oom": False, "tokens_per_step": batch * ctx["seq"],
             "tokens_per_s": tokens / seconds, "peak_reserved_gib": peak, "run_s": run_s,
-            "alloc_retries": retries, **({"notes": clock.notes} if clock.notes else {})}
+            "alloc_retries": retries, **({"notes": clock.notes} if clock.notes else {}),
+            **({"tokens_seen": clock.tokens_seen()} if clock.tokens_seen() else {})}
+
+
+@contextmanager
+def _peft_forward(model) -> Iterator[int]:  # noqa: ARG001 -- lora_fused.fused's signature
+    """``lora_fused.fused`` installing nothing: every LoRA layer keeps peft's forward."""
+    yield 0
 
 
 def child_main(args: argparse.Namespace) -> None:
@@ -431,8 +473,13 @@ def table(summary: dict) -> list[str]:
                 continue
             m = mfu(flops.lora_per_token, run["tokens_per_s"], peak) if peak else None
             ratio = f"{run['tokens_per_s'] / hf:.2f}x" if hf else ""
+            seen = run.get("tokens_seen")
+            timed = summary.get("steps", 0) * run["batch"] * seq
+            saw = (f" (its model saw {seen:,} tokens, not {timed:,})"
+                   if seen and seen != timed else "")
             lines.append(
-                f"| {PEERS[peer]} | {cap} | {run['batch']} x {seq} | {run['tokens_per_s']:,.0f} "
+                f"| {PEERS[peer]} | {cap} | {run['batch']} x {seq} "
+                f"| {run['tokens_per_s']:,.0f}{saw} "
                 f"| {run['peak_reserved_gib'] or 0:.2f} | {f'{m:.1%}' if m else ''} | {ratio} |")
     return lines
 
@@ -491,6 +538,7 @@ def main() -> None:
         peak = measure_peak_tflops("cuda")["tflops"]
         print(f"matmul peak: {peak:.4g} TFLOP/s", flush=True)
     summary = {"shape": args.shape, "seq": args.seq, "caps": caps, "sms": args.sms,
+               "steps": args.steps,
                "peak_tflops": peak, "flops": SHAPES[args.shape].flops(args.seq).to_dict(),
                "peers": {}}
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",

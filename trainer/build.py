@@ -80,7 +80,8 @@ class Training:
         of that for backward, 0.6 GiB a layer for the 8,960-wide ``down_proj`` input of a 1.5B
         Qwen at 8 x 2,048 tokens, plus the casts' kernels. Only while training (peft's own
         switch, restored after): a forward outside autocast, such as the reference logits of
-        a bf16 base, needs the cast to meet the fp32 LoRA weights.
+        a bf16 base, needs the cast to meet the fp32 LoRA weights. For the same span, plain
+        LoRA layers add their update inside one matmul (``lora_fused`` says why).
         """
         if not isinstance(self.autocast, torch.autocast):
             return nullcontext()

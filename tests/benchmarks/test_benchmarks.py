@@ -289,6 +289,8 @@ def test_peer_trainers_smoke_runs_ours_and_trainer_and_prints_the_table(tmp_path
     for peer in ("ours", "hf"):
         run = summary["peers"][peer]["runs"]["none"]
         assert run["tokens_per_s"] > 0, run
+    # the Trainer's model was given every timed token, counted at its embedding (2 x 4 x 64)
+    assert summary["peers"]["hf"]["runs"]["none"]["tokens_seen"] == 2 * 4 * 64
     # what our loop said about how it ran is kept with its figures (a failed capture, too)
     assert summary["peers"]["ours"]["runs"]["none"]["notes"] == ["speed: off"]
     assert "| draslice SFT loop (default) | none | 4 x 64 |" in done.stdout
