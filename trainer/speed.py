@@ -21,7 +21,9 @@ own code rather than kernels of ours:
 
 from __future__ import annotations
 
+import gc
 import importlib.util
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +35,8 @@ from draslice.trainer.loss import split_head
 __all__ = ["COMPILE_MODES", "SpeedPlan", "apply_liger", "choose", "choose_mode", "prepare"]
 INDUCTOR_MODES = ("default", "reduce-overhead")
 LIGER_ARCHS = ("llama", "qwen2", "mistral")
+WARMUP_ITERS = 3
+"""Forward-backward passes before a CUDA graph capture (``make_graphed_callables``' own count)."""
 
 
 @dataclass(frozen=True)
@@ -162,11 +166,63 @@ class _GraphedBody:
         return BaseModelOutputWithPast(last_hidden_state=self.hidden(input_ids))
 
     def _capture(self, input_ids: torch.Tensor) -> None:
-        try:
-            torch.cuda.make_graphed_callables(self.hidden, (input_ids.clone(),))
-        except Exception as err:  # noqa: BLE001 -- any capture failure leaves the eager path
+        """Capture the body, warmed up by :meth:`_warm_up` first; if that capture fails, once
+        more with ``make_graphed_callables``' own warm-up (the way this loop captured before,
+        which captured GPT-2 and the seed model but never Qwen2.5-1.5B); then eager."""
+        sample = input_ids.clone()
+
+        def warmed_up_here() -> None:
+            self._warm_up(sample, WARMUP_ITERS)
+            torch.cuda.make_graphed_callables(self.hidden, (sample,), num_warmup_iters=0)
+
+        failure = self._try(warmed_up_here)
+        if failure is not None:
+            first = failure
+            failure = self._try(lambda: torch.cuda.make_graphed_callables(self.hidden, (sample,)))
+            if failure is None:
+                self.log("speed: CUDA graph captured on a second try, warmed up by "
+                         f"make_graphed_callables itself (the first: {first})")
+        if failure is not None:
             self.failed = True
-            self.log(f"speed: CUDA graph capture failed ({type(err).__name__}: "
-                     f"{str(err).splitlines()[0][:200]}); running eager")
+            self.log(f"speed: CUDA graph capture failed ({failure}); running eager")
             return
         self.shape = input_ids.shape
+
+    def _warm_up(self, sample: torch.Tensor, iters: int) -> None:
+        """Forward and backward of the body on a side stream, everything they made dropped.
+
+        ``make_graphed_callables`` warms up the same way, but its last warm-up's outputs stay
+        referenced into the capture (torch 2.11's ``for v in [...]: del v`` deletes nothing),
+        and with them the autograd graph and each LoRA weight's ``AccumulateGrad`` node,
+        created on the warm-up stream. The capture then reuses those nodes and torch (2.10+)
+        joins the warm-up stream to the capture to accumulate on it: on Qwen2.5-1.5B the capture
+        failed after its warning that "the AccumulateGrad node's stream does not match"
+        (docs/benchmarks.md, run H). Warmed up here, nothing of it is alive at the capture, and
+        the nodes are made anew on the capture's stream. The warm-up itself is what the capture
+        needs: cuDNN plans, Triton autotuning and lazy CUDA set-up happen outside it.
+        """
+        params = tuple(p for p in self.hidden.parameters() if p.requires_grad)
+        torch.cuda.synchronize()
+        with torch.cuda.stream(torch.cuda.Stream()):
+            for _ in range(iters):
+                out = self.hidden(sample)
+                torch.autograd.grad(out, params, grad_outputs=torch.empty_like(out))
+                del out
+        torch.cuda.synchronize()
+
+    @staticmethod
+    def _try(capture: Callable[[], object]) -> str | None:
+        """Run one capture; None when it worked, else the error and the warnings raised during
+        it (a warning tends to say why, the error only that the capture broke)."""
+        with warnings.catch_warnings(record=True) as raised:
+            warnings.simplefilter("always")
+            try:
+                capture()
+            except Exception as err:  # noqa: BLE001 -- any capture failure leaves the eager path
+                why = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+            else:
+                return None
+        gc.collect()  # the failed capture's graph, before another capture or the eager steps
+        said = dict.fromkeys(str(w.message).splitlines()[0][:200] for w in raised
+                             if not issubclass(w.category, DeprecationWarning | FutureWarning))
+        return why + "".join(f"; warning: {text}" for text in list(said)[:2])

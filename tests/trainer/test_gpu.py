@@ -69,6 +69,30 @@ def test_the_default_replays_the_body_as_a_cuda_graph_and_trains_like_eager(tmp_
     assert graphs.final_loss == pytest.approx(eager.final_loss, rel=5e-2)
 
 
+def test_the_default_captures_a_packed_qwen2_body_with_liger_kernels(tmp_path):
+    """compile="auto" on a packed Qwen2 run (tied embeddings, grouped KV heads, Liger's kernels
+    when installed): the body is captured as a CUDA graph. Qwen2.5-1.5B's capture failed with
+    make_graphed_callables' own warm-up (docs/benchmarks.md, run H); speed._GraphedBody now
+    warms up itself, and says so when it had to fall back."""
+    from tests import scratch
+
+    model = scratch.save_scratch_model(
+        tmp_path / "qwen2", "qwen2", hidden_size=256, num_layers=4, num_heads=4,
+        num_kv_heads=2, intermediate_size=768, vocab_size=1024, max_positions=512,
+        tie_word_embeddings=True, device="cuda")
+    data = scratch.write_demo_data(tmp_path / "train.jsonl", n=512)
+    lines: list[str] = []
+    result = train(SFTConfig(
+        model_dir=str(model), data=str(data), data_format="prompt-completion", max_length=256,
+        pack=True, batch_size=8, steps=12, bf16_weights=True,
+        lora_targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"),
+        tmp_path / "o", tmp_path / "m.jsonl", log=lines.append)
+    speed = [line for line in lines if line.startswith("speed:")]
+    assert speed[0].startswith("speed: cudagraphs"), speed
+    assert not any("capture failed" in line or "second try" in line for line in speed), speed
+    assert result.final_loss < result.initial_loss
+
+
 def test_offloaded_activations_train_the_same_in_less_device_memory(tmp_path):
     """offload_activations: the checkpointed layer inputs (32 x 512 x 256 values each, above
     offload.MIN_NUMEL) go to host memory and come back for backward: the same losses, and the
