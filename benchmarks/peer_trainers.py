@@ -21,6 +21,9 @@ Peers, each in a fresh process per (peer, cap group):
   tokens); uncapped it is ``ours``;
 - ``ours-offload-peft``: ``ours-offload`` with peft's own LoRA forward instead of
   ``trainer/lora_fused.py``'s one-matmul sum (what that change is worth, in one call);
+- ``ours-offload-compile``: ``ours-offload`` with ``compile="default"`` (inductor compiles the
+  body, checkpointed layers included; its compile time is in ``run_s``, not in tokens/s);
+  uncapped it is ``ours`` compiled so;
 - ``hf``: HF ``Trainer`` + peft (the seed's approach);
 - ``hf-liger``: the same with ``use_liger_kernel=True`` (what LlamaFactory's
   ``enable_liger_kernel`` does: Liger's RoPE, RMSNorm, SwiGLU and fused linear cross-entropy);
@@ -72,6 +75,7 @@ PEERS = {
     "ours-offload": "draslice SFT loop + offload_activations",
     "ours-tiled": "draslice SFT loop + offload_activations + tile_mlp",
     "ours-offload-peft": "draslice SFT loop + offload_activations, peft's LoRA forward",
+    "ours-offload-compile": "draslice SFT loop + offload_activations, compile=default",
     "hf": "HF Trainer + peft",
     "hf-liger": "HF Trainer + peft + Liger",
     "trl": "TRL SFTTrainer + peft",
@@ -233,7 +237,7 @@ class Clock:
 
 
 def train_ours(ctx: dict, batch: int, checkpointing: bool, clock: Clock,
-                offload: bool = False, tile: bool = False,
+                offload: bool = False, tile: bool = False, compile: str = "auto",  # noqa: A002
                 on_line: Callable[[str], None] | None = None) -> None:
     """``on_line``: every line the loop logs (profile_step.py steps its profiler on them)."""
     from draslice.trainer.sft import SFTConfig, train
@@ -241,7 +245,7 @@ def train_ours(ctx: dict, batch: int, checkpointing: bool, clock: Clock,
     def log(line: str) -> None:
         if on_line is not None:
             on_line(line)
-        if line.startswith(("speed:", "[slice] activations", "[slice] MLP")):
+        if line.startswith(("speed:", "[slice] activations", "[slice] offload", "[slice] MLP")):
             print(line, flush=True)
             clock.notes.append(line)
 
@@ -253,7 +257,7 @@ def train_ours(ctx: dict, batch: int, checkpointing: bool, clock: Clock,
         learning_rate=LEARNING_RATE, log_every=1, bf16_weights=not shape.quantized,
         load_in_4bit=shape.quantized, gradient_checkpointing=checkpointing,
         offload_activations=offload and checkpointing, tile_mlp=tile and checkpointing,
-        device="cuda" if not ctx["smoke"] else "cpu",
+        compile=compile, device="cuda" if not ctx["smoke"] else "cpu",
         # The loop sets the process's memory fraction itself (0: the whole device), so the
         # cap is given to it; otherwise it would lift the cap the child set.
         slice_memory_gib=ctx["cap"] if not ctx["smoke"] else 0.0,
@@ -380,7 +384,8 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
 
                 lora_fused.fused = _peft_forward
             train_ours(ctx, batch, checkpointing, clock, offload=peer != "ours",
-                        tile=peer == "ours-tiled")
+                        tile=peer == "ours-tiled",
+                        compile="default" if peer == "ours-offload-compile" else "auto")
         elif peer in ("hf", "hf-liger"):
             _train_hf(ctx, batch, checkpointing, clock, liger=peer == "hf-liger")
         elif peer == "trl":

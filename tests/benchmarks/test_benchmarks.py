@@ -301,7 +301,8 @@ def test_peer_trainers_searches_a_capped_batch_one_process_an_attempt(tmp_path):
     CPU: nothing is capped there, so the first batch fits), with our levers switched on."""
     out = tmp_path / "peers.json"
     done = subprocess.run([sys.executable, str(BENCH / "peer_trainers.py"), "--smoke",
-                           "--peers", "ours-tiled", "--caps", "none,1g.6gb", "--fit-max", "4",
+                           "--peers", "ours-tiled,ours-offload-compile", "--caps", "none,1g.6gb",
+                           "--fit-max", "4",
                            "--json-out", str(out)],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -312,6 +313,12 @@ def test_peer_trainers_searches_a_capped_batch_one_process_an_attempt(tmp_path):
     assert capped["tries"] == [{"batch": 4, "oom": False, "error": None}]
     assert any(n.startswith("[slice] MLP run in tiles") for n in capped["notes"])
     assert done.stdout.count("ours-tiled 1g.6gb batch 4:") == 1
+    # the compiled peer: inductor under the cap, our levers on too
+    compiled = json.loads(out.read_text())["peers"]["ours-offload-compile"]["runs"]
+    assert compiled["none"]["notes"] == ["speed: default"]
+    assert compiled["1g.6gb"]["fits"]
+    assert "speed: default" in compiled["1g.6gb"]["notes"]
+    assert any(n.startswith("[slice] offload_activations") for n in compiled["1g.6gb"]["notes"])
 
 
 def test_profile_step_profiles_only_the_steps_after_the_skipped_ones(tmp_path):
