@@ -8,8 +8,8 @@ random-init model, packed rows, LoRA and cap; gradient checkpointing under a cap
 ``torch.profiler`` and prints the timed steps' tokens/s from the loop's own metrics, then, over
 ``--active`` steps after ``--skip`` (model load, the first steps' allocations, autotuning and
 cuDNN plans left out), the host and device time a step and the operators with the most of
-each. A step whose device time is well below its wall time is waiting on the host: the host
-table says on what.
+each, then the same by input shape (which tensors the copies and casts are of). A step whose
+device time is well below its wall time is waiting on the host: the host table says on what.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ def main() -> None:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
                                            if torch.cuda.is_available() else [])
     window = schedule(wait=args.skip - 1, warmup=1, active=args.active, repeat=1)
-    with profile(activities=activities, schedule=window) as prof:
+    # Input shapes too: the third table tells which tensors the copies and casts are of.
+    with profile(activities=activities, schedule=window, record_shapes=True) as prof:
 
         def on_line(line: str) -> None:
             if line.startswith("{'loss'"):  # a step's line (loglines.step_loss)
@@ -80,6 +81,10 @@ def main() -> None:
     print(table.table(sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=60))
     print(table.table(sort_by="self_device_time_total", row_limit=args.rows,
                       max_name_column_width=60))
+    by_shape = prof.key_averages(group_by_input_shape=True)
+    print(by_shape.table(sort_by="self_device_time_total" if torch.cuda.is_available()
+                         else "self_cpu_time_total", row_limit=args.rows,
+                         max_name_column_width=40, max_shapes_column_width=80))
 
 
 if __name__ == "__main__":
