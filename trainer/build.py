@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from contextlib import AbstractContextManager, ExitStack, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -152,6 +152,12 @@ def checkpointing(base: torch.nn.Module) -> None:
         base.activation_checkpointing_enable(kwargs)  # its first parameter: the kwargs
     else:
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    # transformers also makes the embeddings' output require grad, which the reentrant kind
+    # needs and the non-reentrant one does not: kept, it costs a backward through the first
+    # layer's frozen weights and breaks torch.compile's graph (a forward hook calling
+    # requires_grad_). Older transformers raise AttributeError when no hook was added.
+    with suppress(AttributeError):
+        base.disable_input_require_grads()
 
 
 def resume(run: Training, root: Path, log: Callable[[str], None]) -> tuple[int, list[float]]:

@@ -164,8 +164,12 @@ def split_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module
 def causal_lm_loss(model: torch.nn.Module, batch: LossBatch) -> torch.Tensor:
     """Mean next-token cross-entropy over the batch's ``count`` labelled tokens."""
     backbone, head = split_head(model)
-    hidden = backbone(input_ids=batch.input_ids,
-                      attention_mask=batch.attention_mask).last_hidden_state
+    # No KV cache: transformers builds one by default even in training (every layer's keys
+    # and values copied into it by a concatenation, each forward), and under gradient
+    # checkpointing it turns it off itself with a logged warning, which torch.compile cannot
+    # trace (the body then falls back to many small compiled frames).
+    hidden = backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                      use_cache=False).last_hidden_state
     if batch.count == 0:
         return hidden.sum() * 0.0
     flat = hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch.positions)
