@@ -320,9 +320,7 @@ def load_pretrained(
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except (OSError, ValueError, KeyError, SafetensorError) as err:
         raise ModelLoadError(f"{path}: cannot load a causal LM from it ({err})") from err
-    if hasattr(model.config, "use_cache"):
-        model.config.use_cache = False  # no KV cache while training
-    return model
+    return model  # training forwards ask for no KV cache themselves (loss.causal_lm_loss)
 
 
 def qlora_config():

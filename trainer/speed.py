@@ -153,14 +153,17 @@ class _GraphedBody:
     def install(cls, backbone: torch.nn.Module, log: Callable[[str], None]) -> None:
         backbone.forward = cls(backbone, log)
 
-    def __call__(self, input_ids: torch.Tensor | None = None, attention_mask=None, **kwargs):
-        graphable = (input_ids is not None and attention_mask is None and not kwargs
-                     and torch.is_grad_enabled() and self.hidden.backbone.training
-                     and not self.failed)
+    def __call__(self, input_ids: torch.Tensor | None = None, attention_mask=None,
+                 use_cache: bool | None = None, **kwargs):
+        # The graph holds a forward without a KV cache, as the loss calls it (use_cache=False).
+        graphable = (input_ids is not None and attention_mask is None and not use_cache
+                     and not kwargs and torch.is_grad_enabled()
+                     and self.hidden.backbone.training and not self.failed)
         if graphable and self.shape is None:
             self._capture(input_ids)
         if not graphable or self.failed or input_ids.shape != self.shape:
-            return self.eager(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+            return self.eager(input_ids=input_ids, attention_mask=attention_mask,
+                              use_cache=use_cache, **kwargs)
         from transformers.modeling_outputs import BaseModelOutputWithPast
 
         return BaseModelOutputWithPast(last_hidden_state=self.hidden(input_ids))

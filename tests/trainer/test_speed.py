@@ -123,6 +123,12 @@ def test_graph_capture_is_warmed_up_apart_and_falls_back_twice(body, monkeypatch
     assert first == {"kwargs": {"num_warmup_iters": 0}, "live_graph_tensors": before}
     assert len(forwards) >= 3 + 1  # the warm-up ran through the body, then the call itself
     graphed = model.forward
+    replays: list[int] = []
+    graphed.hidden.register_forward_hook(lambda *_: replays.append(1))
+    model(input_ids=ids, use_cache=False)  # the loss's call: the graph's, when there is one
+    assert len(replays) == (0 if fail == 2 else 1)
+    model(input_ids=ids, use_cache=True)  # a cache was asked for: eager
+    assert len(replays) == (0 if fail == 2 else 1)
     if fail == 0:
         assert len(capture.calls) == 1 and graphed.shape == ids.shape and not lines
     elif fail == 1:
