@@ -197,11 +197,12 @@ class _GraphedBody:
         ``make_graphed_callables`` warms up the same way, but its last warm-up's outputs stay
         referenced into the capture (torch 2.11's ``for v in [...]: del v`` deletes nothing),
         and with them the autograd graph and each LoRA weight's ``AccumulateGrad`` node,
-        created on the warm-up stream. The capture then reuses those nodes and torch (2.10+)
-        joins the warm-up stream to the capture to accumulate on it: on Qwen2.5-1.5B the capture
-        failed after its warning that "the AccumulateGrad node's stream does not match"
-        (docs/benchmarks.md, run H). Warmed up here, nothing of it is alive at the capture, and
-        the nodes are made anew on the capture's stream. The warm-up itself is what the capture
+        created on the warm-up stream, so the capture reuses nodes of another stream, which
+        torch (2.10+) then has to synchronise with. On Qwen2.5-1.5B the capture failed right
+        after torch's warning that "the AccumulateGrad node's stream does not match", which
+        points here (docs/benchmarks.md, run H; not yet confirmed on a GPU, hence the second
+        try). Warmed up here, nothing of it is alive at the capture, and the nodes are made
+        anew on the capture's stream. The warm-up itself is what the capture
         needs: cuDNN plans, Triton autotuning and lazy CUDA set-up happen outside it.
         """
         params = tuple(p for p in self.hidden.parameters() if p.requires_grad)
