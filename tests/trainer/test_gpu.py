@@ -57,19 +57,36 @@ def test_cuda_graph_compile_trains_like_eager_on_the_gpu(tmp_path):
     assert graphs.loss_drop >= 0.3
 
 
-def test_the_default_replays_the_body_as_a_cuda_graph_and_trains_like_eager(tmp_path):
+@pytest.fixture
+def replays(monkeypatch) -> list[int]:
+    """How many training steps replayed the captured body, counted at its graphed module."""
+    from draslice.trainer import speed
+
+    count: list[int] = []
+    install = speed._GraphedBody.install.__func__
+
+    def counted(cls, backbone, log):
+        install(cls, backbone, log)
+        backbone.forward.hidden.register_forward_hook(lambda *_: count.append(1))
+
+    monkeypatch.setattr(speed._GraphedBody, "install", classmethod(counted))
+    return count
+
+
+def test_the_default_replays_the_body_as_a_cuda_graph_and_trains_like_eager(tmp_path, replays):
     """compile="auto" on a GPU with fixed-width batches: the body captured once
-    (make_graphed_callables) and replayed; same losses as eager within bf16 noise."""
+    (make_graphed_callables) and replayed every step; same losses as eager within bf16 noise."""
     eager = train(SFTConfig(steps=20, compile="off"), tmp_path / "e", tmp_path / "e.jsonl",
                   log=lambda _line: None)
     lines: list[str] = []
     graphs = train(SFTConfig(steps=20), tmp_path / "g", tmp_path / "g.jsonl", log=lines.append)
     assert "speed: cudagraphs" in lines and not any("capture failed" in x for x in lines)
+    assert len(replays) >= 20  # each step (the warm-up passes through the same module too)
     assert graphs.initial_loss == pytest.approx(eager.initial_loss, rel=1e-2)
     assert graphs.final_loss == pytest.approx(eager.final_loss, rel=5e-2)
 
 
-def test_the_default_captures_a_packed_qwen2_body_with_liger_kernels(tmp_path):
+def test_the_default_captures_a_packed_qwen2_body_with_liger_kernels(tmp_path, replays):
     """compile="auto" on a packed Qwen2 run (tied embeddings, grouped KV heads, Liger's kernels
     when installed): the body is captured as a CUDA graph. Qwen2.5-1.5B's capture failed with
     make_graphed_callables' own warm-up (docs/benchmarks.md, run H); speed._GraphedBody now
@@ -90,6 +107,7 @@ def test_the_default_captures_a_packed_qwen2_body_with_liger_kernels(tmp_path):
     speed = [line for line in lines if line.startswith("speed:")]
     assert speed[0].startswith("speed: cudagraphs"), speed
     assert not any("capture failed" in line or "second try" in line for line in speed), speed
+    assert len(replays) >= 12
     assert result.final_loss < result.initial_loss
 
 
