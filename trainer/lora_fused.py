@@ -61,10 +61,22 @@ class FusedForward:
 
 
 def lora_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The peft LoRA linear layers of ``model`` (4-bit layers keep peft's forward)."""
+    """The peft LoRA linear layers of ``model``: over a plain or a 4-bit (QLoRA) base layer.
+
+    peft's 4-bit layer also clones the base output before adding to it ("defensively", against
+    an in-place add on a view); the fused sum adds nothing in place, so that full-width copy
+    goes too. Subclasses (FSDP2's, other quantisations) keep peft's forward.
+    """
     from peft.tuners.lora import Linear
 
-    return [m for m in model.modules() if type(m) is Linear]
+    kinds: tuple[type, ...] = (Linear,)
+    try:
+        from peft.tuners.lora.bnb import Linear4bit
+    except ImportError:  # bitsandbytes not installed: no 4-bit layers either
+        pass
+    else:
+        kinds += (Linear4bit,)
+    return [m for m in model.modules() if type(m) in kinds]
 
 
 @contextmanager

@@ -97,3 +97,30 @@ def test_the_fused_sum_trains_like_peft_in_fp32_and_within_bf16_rounding():
             torch.testing.assert_close(fused_grads[name], grad, rtol=tol, atol=tol, msg=name)
         if precision == "bf16":  # installed only under autocast
             assert not any("forward" in vars(m) for m in lora_fused.lora_layers(run.model))
+
+
+def test_the_fused_sum_takes_qlora_layers_and_trains_like_peft(tiny_llama, demo_data):
+    """On a 4-bit (NF4) base, bitsandbytes' CPU layers: peft's 4-bit LoRA layers take the fused
+    sum too (and skip peft's clone of the base output), with peft's gradients within bf16's
+    rounding."""
+    from peft.tuners.lora.bnb import Linear4bit
+
+    from draslice.trainer import lora_fused
+
+    cfg = SFTConfig(model_dir=str(tiny_llama), data=str(demo_data["chat"]), device="cpu",
+                    precision="bf16", load_in_4bit=True, max_length=32)
+    run = build.assemble(cfg, torch.device("cpu"), "bf16", log=lambda _line: None)
+    run.model.train()
+    layers = lora_fused.lora_layers(run.model)
+    assert layers and all(type(layer) is Linear4bit for layer in layers)
+    for layer in layers:  # B starts at zero: make it count
+        for name in layer.lora_B:
+            torch.nn.init.normal_(layer.lora_B[name].weight, std=0.1)
+    ids = torch.randint(0, 200, (2, 32), generator=torch.Generator().manual_seed(0))
+    peft_grads, _ = _step(run, ids)
+    with run.lora_inputs_uncast():
+        assert all("forward" in vars(layer) for layer in layers)
+        fused_grads, _ = _step(run, ids)
+    assert peft_grads.keys() == fused_grads.keys() and len(peft_grads) == 2 * len(layers)
+    for name, grad in peft_grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, rtol=3e-2, atol=3e-2, msg=name)
