@@ -70,6 +70,7 @@ class InventoryRow:
     memory_gib: float | None
     state: str
     why: str = ""
+    multiprocessors: int | None = None
 
 
 @dataclass
@@ -81,6 +82,7 @@ class PublishedSlice:
     memory_gib: float
     total: int
     free: int
+    multiprocessors: int | None = None  # capacity the driver publishes for a MIG device
 
 
 @dataclass
@@ -108,6 +110,19 @@ class PreflightReport:
 
 
 @lru_cache(maxsize=1024)
+def count(text: str | None) -> int | None:
+    """A whole-number capacity (``multiprocessors: "14"``); a malformed one counts as absent."""
+    if not text:
+        return None
+    from kubernetes.utils import parse_quantity
+
+    try:
+        value = parse_quantity(text)
+    except (ValueError, ArithmeticError):
+        return None
+    return int(value) if value == int(value) and value > 0 else None
+
+
 def memory_gib(text: str | None) -> float | None:
     """A capacity in GiB for the table; a malformed one is the allocator's to refuse."""
     if not text:
@@ -233,7 +248,7 @@ def cluster_state(snapshot: Snapshot, answer: dict, version: str) -> ClusterStat
             node=d.node, driver=d.driver, device=d.name, type=kind,
             profile=str(own.get("profile", "") or ("full" if kind == "gpu" else "")),
             product=str(own.get("productName", "")), memory_gib=memory_gib(d.memory_text()),
-            state=state, why=why,
+            state=state, why=why, multiprocessors=count(d.multiprocessors_text()),
         ))
     profiles = sorted({str(d.attr("profile")) for d in gpu_devices if d.attr("profile")})
     state = ClusterState(inventory, classes, pools, notes, gpu_devices, rows, profiles, by_key)
@@ -425,13 +440,14 @@ def _decide(report: PreflightReport, snapshot: Snapshot, gpu_devices: list[Devic
 def published_slices(snapshot: Snapshot) -> list[PublishedSlice]:
     """The kinds of GPU slice published (MIG profile or "full"), with total and free counts."""
     report = analyze(snapshot)
-    groups: dict[tuple[str, str, float], list[InventoryRow]] = defaultdict(list)
+    groups: dict[tuple[str, str, float, int], list[InventoryRow]] = defaultdict(list)
     for row in report.inventory:
         if row.driver != GPU_DRIVER or row.type not in ("gpu", "mig"):
             continue
-        groups[(row.profile, row.product, row.memory_gib or 0.0)].append(row)
+        groups[(row.profile, row.product, row.memory_gib or 0.0,
+                row.multiprocessors or 0)].append(row)
     return [
         PublishedSlice(profile=p, product=prod, memory_gib=mem, total=len(rows),
-                       free=sum(1 for r in rows if r.state == FREE))
-        for (p, prod, mem), rows in sorted(groups.items())
+                       free=sum(1 for r in rows if r.state == FREE), multiprocessors=sms or None)
+        for (p, prod, mem, sms), rows in sorted(groups.items())
     ]

@@ -64,6 +64,10 @@ class Device:
     def memory_text(self) -> str | None:
         return self.capacity.get(self.driver, {}).get("memory")
 
+    def multiprocessors_text(self) -> str | None:
+        """The SMs the NVIDIA driver publishes for a MIG device (absent on most whole GPUs)."""
+        return self.capacity.get(self.driver, {}).get("multiprocessors")
+
 
 @dataclass
 class Pool:

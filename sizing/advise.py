@@ -7,16 +7,23 @@ batch) with every batch padded to ``max_length``, so the peak is the worst case 
 batch reaches. On a GPU each lever is measured the same way; on the CPU a process's peak
 resident memory only grows, so levers are listed without a measurement (and the peak is host
 memory, which the output says).
+
+On a GPU the same probe's steps give the time: ``timing`` scales the steady step to each
+profile's share of the SMs, so the advice says how long the run would take on the slice it
+recommends (an estimate, with what it rests on).
 """
 
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from draslice.errors import MissingDependency, SliceOutOfMemory
 from draslice.sizing.profiles import Recommendation, SliceProfile, recommend
+from draslice.sizing.timing import MeasuredStep, Pace, pace
 from draslice.trainer import budget
 from draslice.trainer.config import SFTConfig
 
@@ -32,6 +39,14 @@ class KnobTrial:
     peak_gib: float | None  # None: not measured (CPU) or out of memory
     fits: bool | None  # None: not measured
     note: str = ""
+    step: MeasuredStep | None = None  # its steps' time, on a GPU
+
+    def to_dict(self, target: SliceProfile | None, run_steps: int) -> dict:
+        found = {"knobs": self.knobs, "peak_gib": self.peak_gib, "fits": self.fits,
+                 "note": self.note}
+        if self.step is not None and target is not None:
+            found["time_on_target"] = _time_dict(pace(target, self.step, run_steps))
+        return found
 
 
 @dataclass
@@ -43,21 +58,43 @@ class Advice:
     measured: bool = True
     trials: list[KnobTrial] = field(default_factory=list)
     untested_knobs: list[str] = field(default_factory=list)
+    step: MeasuredStep | None = None  # the probe's steps, on a GPU: the basis of every time
+    run_steps: int = 0  # the config's steps, for the run time
+
+    def pace(self, profile: SliceProfile) -> Pace | str:
+        """The run's time on ``profile``, or why it is not predicted."""
+        if self.step is None:
+            return ("not predicted: given with --peak-gib" if not self.measured else
+                    "not predicted: measured on the CPU" if not self.on_cuda else
+                    "not predicted: --measure-steps 2 or more gives a steady step")
+        return pace(profile, self.step, self.run_steps)
 
     def to_dict(self) -> dict:
-        return {
+        found = {
             "peak_gib": self.peak_gib,
             "device": self.device,
             "measured": self.measured,
             "peak_is_gpu_memory": self.on_cuda and self.measured,
             **self.recommendation.to_dict(),
-            "knob_trials": [t.__dict__ for t in self.trials],
+            "measured_step": self.step.__dict__ if self.step else None,
+            "run_steps": self.run_steps,
+            "knob_trials": [t.to_dict(self.recommendation.next_smaller, self.run_steps)
+                            for t in self.trials],
             "untested_knobs": self.untested_knobs,
         }
+        for row, (profile, _fits) in zip(found["candidates"], self.recommendation.ranked,
+                                         strict=True):
+            row["time"] = _time_dict(self.pace(profile))
+        return found
 
 
-def measure(cfg: SFTConfig, steps: int = MEASURE_STEPS) -> SFTResult:
-    """A short run of ``cfg`` at full sequence length; its result carries the peak."""
+def _time_dict(found: Pace | str) -> dict:
+    return found.to_dict() if isinstance(found, Pace) else {"none": found}
+
+
+def measure(cfg: SFTConfig, steps: int = MEASURE_STEPS) -> tuple[SFTResult, MeasuredStep | None]:
+    """A short run of ``cfg`` at full sequence length: its result carries the peak, its
+    steps the time (None on the CPU)."""
     import torch
 
     from draslice.trainer.sft import train
@@ -66,10 +103,12 @@ def measure(cfg: SFTConfig, steps: int = MEASURE_STEPS) -> SFTResult:
                     merge=False, eval_fraction=0.0, pad_to_max_length=True,
                     slice_memory_gib=0.0, warmup_steps=0)
     with tempfile.TemporaryDirectory(prefix="draslice-advise-") as tmp:
-        result = train(probe, tmp, f"{tmp}/metrics.jsonl", log=lambda _line: None)
+        metrics = Path(tmp, "metrics.jsonl")
+        result = train(probe, tmp, str(metrics), log=lambda _line: None)
+        records = [json.loads(line) for line in metrics.read_text().splitlines() if line]
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return result
+    return result, MeasuredStep.from_run(records, result.device)
 
 
 def advise(cfg: SFTConfig, candidates: list[SliceProfile],
@@ -80,13 +119,14 @@ def advise(cfg: SFTConfig, candidates: list[SliceProfile],
         from draslice.trainer.inputs import check_model_and_data
 
         check_model_and_data(cfg)  # a bad model or data file is named as `train` names it
-        result = measure(cfg, steps)
+        result, step = measure(cfg, steps)
         peak, device = result.peak_mem_gib, result.device["name"]
         on_cuda = result.device["device"].startswith("cuda")
     else:
-        peak, device, on_cuda = peak_gib, "", True
+        peak, device, on_cuda, step = peak_gib, "", True, None
     rec = recommend(peak, candidates, headroom)
-    advice = Advice(peak, device, on_cuda, rec, measured=peak_gib is None)
+    advice = Advice(peak, device, on_cuda, rec, measured=peak_gib is None, step=step,
+                    run_steps=cfg.steps)
     target = rec.next_smaller
     if target is None:
         return advice
@@ -98,8 +138,10 @@ def advise(cfg: SFTConfig, candidates: list[SliceProfile],
     trial_cfg, applied = cfg, []
     for knob in knobs:
         candidate = replace(trial_cfg, **knob.changes)
+        trial_step = None
         try:
-            trial_peak = measure(candidate, steps).peak_mem_gib
+            trial, trial_step = measure(candidate, steps)
+            trial_peak = trial.peak_mem_gib
         except MissingDependency as err:  # e.g. --load-in-4bit without bitsandbytes
             advice.trials.append(KnobTrial([*applied, knob.flag], None, None, str(err)))
             continue
@@ -111,7 +153,7 @@ def advise(cfg: SFTConfig, candidates: list[SliceProfile],
             advice.trials.append(KnobTrial(list(applied), None, False, "out of memory"))
             continue
         fits = budget.fits(trial_peak, target.memory_gib, headroom)
-        advice.trials.append(KnobTrial(list(applied), trial_peak, fits))
+        advice.trials.append(KnobTrial(list(applied), trial_peak, fits, step=trial_step))
         if fits:
             break
     return advice

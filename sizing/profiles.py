@@ -35,6 +35,7 @@ class SliceProfile:
     estimated: bool = False
     source: str = ""
     free: int | None = None  # devices free now, when the candidates come from a cluster
+    multiprocessors: int | None = None  # SMs, when the cluster publishes them (MIG devices)
 
     @property
     def label(self) -> str:
@@ -112,7 +113,8 @@ def from_published(published) -> list[SliceProfile]:
     """Candidates from what a cluster publishes (``cluster.analysis.published_slices``:
     profile, product, memory_gib, free), so advice fits the slices that really exist."""
     return [SliceProfile(p.profile, p.memory_gib, p.product, False,
-                         "published by the cluster (ResourceSlice capacity memory)", p.free)
+                         "published by the cluster (ResourceSlice capacity memory)", p.free,
+                         p.multiprocessors)
             for p in published]
 
 
@@ -136,9 +138,16 @@ class Recommendation:
         }
 
 
-def _compute_size(profile: SliceProfile) -> int:
+def compute_slices(profile: SliceProfile) -> int | None:
+    """The compute slices a MIG profile names (``2g.20gb``: 2); None for ``full`` and names
+    that are not a MIG profile."""
     head = profile.name.split("g.", 1)[0]
-    return int(head) if head.isdigit() else 99
+    return int(head) if head.isdigit() else None
+
+
+def _compute_size(profile: SliceProfile) -> int:
+    slices = compute_slices(profile)
+    return 99 if slices is None else slices
 
 
 def check_peak(peak_gib: float) -> float:

@@ -36,6 +36,9 @@ class DeviceInfo:
     is_mig: bool
     slice_cap_gib: float | None
     nvidia_smi: str | None
+    multiprocessors: int | None = None
+    """Streaming multiprocessors the process can use (a MIG device has its share), so
+    ``draslice advise`` can scale a measured step to a slice with fewer."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -174,6 +177,7 @@ def describe(device: torch.device, slice_cap_gib: float | None = None) -> Device
         is_mig=_looks_like_mig(props.name, smi),
         slice_cap_gib=slice_cap_gib,
         nvidia_smi=smi,
+        multiprocessors=props.multi_processor_count,
     )
 
 

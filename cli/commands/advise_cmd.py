@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from draslice.cli.error_output import JsonErrorCommand
 from draslice.cli.knobs import knob_options
 from draslice.trainer.config import SFTConfig, VerdictConfig
+
+if TYPE_CHECKING:  # the command's import stays light: `draslice --help` lists it
+    from draslice.sizing.advise import Advice
+    from draslice.sizing.profiles import SliceProfile
 
 # The fine-tune knobs that change how much memory a run needs; advise measures with them.
 ADVISE_KNOBS = ("model_dir", "data", "data_format", "max_length", "seq_len", "batch_size",
@@ -41,9 +46,12 @@ GPU_CHOICES = ["all", "A30-24GB", "A100-40GB", "A100-80GB", "H100-80GB", "H200-1
 @click.option("--no-knob-trials", is_flag=True,
               help="List the levers for the next smaller profile without measuring them.")
 @click.option("--json", "as_json", is_flag=True, help="Print the advice as JSON.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Also say what each time estimate rests on and what it leaves out.")
 def advise(gpu: str, snapshot_file: str | None, live: bool, kubeconfig: str | None,
            context: str | None, memory_headroom: float, measure_steps: int,
-           peak_gib: float | None, no_knob_trials: bool, as_json: bool, **knobs) -> None:
+           peak_gib: float | None, no_knob_trials: bool, as_json: bool, verbose: bool,
+           **knobs) -> None:
     """Measure a fine-tune's peak memory and recommend the smallest slice that holds it.
 
     Runs a few steps of your config on this machine's GPU with every batch padded to
@@ -52,6 +60,11 @@ def advise(gpu: str, snapshot_file: str | None, live: bool, kubeconfig: str | No
     not confirmed from a capture are marked 'estimated'). Then it tries the memory levers
     you are not using yet, one at a time, until the next smaller profile fits, and prints
     what each one measured.
+
+    On a GPU it also estimates time: the measured step scaled by each profile's share of
+    the SMs (published by the cluster, or the MIG profile's compute fraction), so you see
+    how long --steps would take on the recommended slice and what each lever costs there.
+    An estimate, not a measurement on a slice: --verbose says what it leaves out.
 
     \b
     Examples:
@@ -78,7 +91,7 @@ def advise(gpu: str, snapshot_file: str | None, live: bool, kubeconfig: str | No
     if as_json:
         click.echo(json.dumps(advice.to_dict(), indent=2))
         return
-    click.echo("\n".join(render(advice)))
+    click.echo("\n".join(render(advice, verbose)))
 
 
 def cluster_candidates(source: str, kubeconfig: str | None, context: str | None) -> list:
@@ -96,8 +109,32 @@ def cluster_candidates(source: str, kubeconfig: str | None, context: str | None)
     return found
 
 
-def render(advice) -> list[str]:
+def _time_lines(advice: Advice, profile: SliceProfile, verbose: bool) -> list[str]:
+    """How long the run's steps would take on ``profile``: the estimate and its basis."""
+    from draslice.sizing.timing import Pace, duration
+
+    found = advice.pace(profile)
+    if not isinstance(found, Pace):
+        return [f"  time: {found}"]
+    step = advice.step
+    lines = [f"  time: ~{found.step_s:.2f} s a step, ~{found.tokens_per_s:,.0f} tokens/s; "
+             f"{advice.run_steps} steps (--steps) in ~{duration(found.run_s)} "
+             f"(estimated from {step.steady_s:.3f} s a step measured on {step.device})"]
+    if verbose:
+        lines += [f"    share of the SMs: {found.share:.3f} ({found.basis})",
+                  "    left out: memory bandwidth and L2 shrink with the slice too (slower if "
+                  "memory-bound); idle SMs here lose less; evaluation, checkpoints and "
+                  "export; not checked on a real slice"]
+    else:
+        lines.append(f"    scaled by the slice's share of the SMs ({found.basis}); "
+                     "--verbose says what it leaves out")
+    return lines
+
+
+def render(advice: Advice, verbose: bool = False) -> list[str]:
     """The advice as lines for a terminal."""
+    from draslice.sizing.timing import Pace, pace
+
     rec = advice.recommendation
     source = advice.device if advice.measured else "given with --peak-gib, not measured"
     lines = [f"peak memory: {advice.peak_gib:.2f} GiB ({'measured on ' if advice.measured else ''}"
@@ -111,11 +148,15 @@ def render(advice) -> list[str]:
         mark = "fits" if fits else "    "
         note = " (estimated)" if profile.estimated else ""
         free = f", {profile.free} free" if profile.free is not None else ""
-        lines.append(f"  {mark}  {profile.label:<22} {profile.memory_gib:7.2f} GiB{note}{free}")
+        found = advice.pace(profile)
+        speed = f"  ~{found.tokens_per_s:,.0f} tokens/s" if isinstance(found, Pace) else ""
+        lines.append(f"  {mark}  {profile.label:<22} {profile.memory_gib:7.2f} GiB{note}{free}"
+                     f"{speed}")
     if rec.chosen:
         c = rec.chosen
         lines.append(f"recommended: {c.label} ({c.memory_gib:.2f} GiB"
                      f"{', estimated' if c.estimated else ''})")
+        lines += _time_lines(advice, c, verbose)
     else:
         lines.append("recommended: none of these profiles holds the peak; use a whole GPU or "
                      "the levers below")
@@ -128,7 +169,10 @@ def render(advice) -> list[str]:
                 lines.append(f"  {knobs}: {trial.note or 'not measured'}")
             else:
                 verdict = "fits" if trial.fits else "does not fit"
-                lines.append(f"  {knobs}: peak {trial.peak_gib:.2f} GiB, {verdict}")
+                found = pace(n, trial.step, advice.run_steps) if trial.step else None
+                time = (f", ~{found.step_s:.2f} s a step there" if isinstance(found, Pace)
+                        else "")
+                lines.append(f"  {knobs}: peak {trial.peak_gib:.2f} GiB, {verdict}{time}")
         for knob in advice.untested_knobs:
             lines.append(f"  try {knob}")
         if not advice.trials and not advice.untested_knobs:

@@ -307,6 +307,15 @@ def test_published_slices_for_advise(snapshot_of):
     ]
 
 
+def test_published_slices_carry_the_sms_a_real_mig_device_publishes(snapshot_of):
+    """The A100 dump's 1g.10gb publishes ``multiprocessors: "14"``: advise scales time by it."""
+    from tests.cluster.conftest import load_fixture_objects
+
+    found = published_slices(snapshot_of(*load_fixture_objects(
+        "a100-80gb-mig-1g10gb.v1alpha3.list.yaml")))
+    assert [(p.profile, p.multiprocessors) for p in found] == [("1g.10gb", 14)]
+
+
 def test_all_mode_wants_every_matching_device_of_one_node(snapshot_of):
     all_mode = copy.deepcopy(MIG_1G)
     exactly = all_mode["spec"]["spec"]["devices"]["requests"][0]["exactly"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+import torch
 
 from draslice.errors import SliceOutOfMemory
 from draslice.sizing.advise import advise
@@ -58,7 +59,14 @@ def test_advise_measures_levers_for_the_next_smaller_profile(gpt2_124m, data):
     assert advice.trials and advice.trials[0].knobs == ["--gradient-checkpointing"]
     measured = [t.peak_gib for t in advice.trials if t.peak_gib is not None]
     assert measured and min(measured) < advice.peak_gib
-    print({"peak": advice.peak_gib, "trials": [t.__dict__ for t in advice.trials]})
+    # The probe's steps give the time: on the device measured on, whole, it is the step itself
+    step = advice.step
+    assert step is not None and step.steady_s > 0 and 0 < step.tokens <= 8 * 512
+    assert step.multiprocessors == torch.cuda.get_device_properties(0).multi_processor_count
+    whole = advice.pace(SliceProfile("full", 100.0, step.device))
+    assert whole.share == 1.0 and whole.step_s == step.steady_s
+    assert isinstance(advice.pace(roomy), str)  # no GPU model named: no estimate
+    print({"peak": advice.peak_gib, "step": step, "trials": [t.__dict__ for t in advice.trials]})
 
 
 @pytest.mark.skipif(not has_bnb, reason="bitsandbytes is not installed")
