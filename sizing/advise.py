@@ -97,11 +97,16 @@ def measure(cfg: SFTConfig, steps: int = MEASURE_STEPS) -> tuple[SFTResult, Meas
     steps the time (None on the CPU)."""
     import torch
 
+    from draslice.trainer import speed
     from draslice.trainer.sft import train
 
+    # Padding makes every batch one width, which would let compile=auto capture a CUDA graph
+    # (its own memory pool, a faster step) where the real run, of varying widths, runs eager:
+    # the probe runs the mode the real run gets, so its peak and its step are that run's.
+    mode = "off" if cfg.compile == "auto" and not speed.fixed_width(cfg) else cfg.compile
     probe = replace(cfg, steps=steps, log_every=steps, checkpoint_every=0, checkpoint_dir="",
                     merge=False, eval_fraction=0.0, pad_to_max_length=True,
-                    slice_memory_gib=0.0, warmup_steps=0)
+                    slice_memory_gib=0.0, warmup_steps=0, compile=mode)
     with tempfile.TemporaryDirectory(prefix="draslice-advise-") as tmp:
         metrics = Path(tmp, "metrics.jsonl")
         result = train(probe, tmp, str(metrics), log=lambda _line: None)

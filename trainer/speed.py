@@ -62,12 +62,16 @@ class SpeedPlan:
         return f"speed: {self.mode}" + (", Liger kernels" if self.liger else "")
 
 
+def fixed_width(cfg) -> bool:
+    """Whether every batch of an ``SFTConfig`` has one width: synthetic data, packed rows, or
+    rows padded to ``max_length``."""
+    return bool(cfg.synthetic or cfg.pack or cfg.pad_to_max_length)
+
+
 def choose(cfg, on_cuda: bool, log: Callable[[str], None]) -> str:
-    """The mode for an ``SFTConfig``: every batch has one width when the data are synthetic,
-    packed, or padded to ``max_length``."""
-    fixed_width = cfg.synthetic or cfg.pack or cfg.pad_to_max_length
+    """The mode for an ``SFTConfig`` (``auto`` captures a graph only at a fixed width)."""
     # FSDP2 gathers each block's weights inside the body: auto captures no CUDA graph of it.
-    mode = choose_mode(cfg.compile, on_cuda, fixed_width and not cfg.fsdp,
+    mode = choose_mode(cfg.compile, on_cuda, fixed_width(cfg) and not cfg.fsdp,
                        cfg.gradient_checkpointing, cfg.load_in_4bit)
     if cfg.compile == "reduce-overhead" and mode == "default":
         log("compile: CUDA graphs need a GPU; compiling without them (mode 'default')")

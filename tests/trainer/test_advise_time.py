@@ -142,3 +142,29 @@ def test_no_time_without_a_gpu_measurement_and_the_reason_is_given():
     assert "  time: not predicted: given with --peak-gib" in render(given)
     assert given.to_dict()["candidates"][0]["time"] == {
         "none": "not predicted: given with --peak-gib"}
+
+
+@pytest.mark.parametrize(("pack", "compile_mode", "probed"), [
+    (False, "auto", "off"),  # varying widths: the real run is eager, so is the probe
+    (True, "auto", "auto"),  # packed: the real run captures its graph, so does the probe
+    (False, "default", "default"),  # an explicit mode is the user's
+])
+def test_the_probe_runs_the_compile_mode_the_real_run_gets(monkeypatch, pack, compile_mode,
+                                                           probed):
+    """The probe pads every batch to one width; left at auto it would capture a CUDA graph
+    (another step time, another memory pool) that the real run of varying widths never has."""
+    import draslice.trainer.sft
+    from draslice.sizing.advise import measure
+    from draslice.trainer.config import SFTConfig
+
+    seen = []
+
+    def probe(cfg, *_args, **_kw):
+        seen.append(cfg)
+        raise KeyboardInterrupt  # the config is all this test needs
+
+    monkeypatch.setattr(draslice.trainer.sft, "train", probe)
+    cfg = SFTConfig(model_dir="m", data="x.jsonl", pack=pack, compile=compile_mode)
+    with pytest.raises(KeyboardInterrupt):
+        measure(cfg)
+    assert seen[0].compile == probed and seen[0].pad_to_max_length and seen[0].steps == 3
