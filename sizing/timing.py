@@ -120,7 +120,8 @@ def share(profile: SliceProfile, measured: MeasuredStep) -> tuple[float | None, 
     if profile.name == "full":
         if measured.is_mig:
             return None, "measured on a MIG slice; the whole GPU's SMs are not published"
-        return 1.0, "the same GPU model, whole"
+        return 1.0, ("a whole GPU of the model measured on; shared by time-slicing or MPS, "
+                     "slower by what its neighbours use")
     wanted = compute_slices(profile)
     if wanted is None:
         return None, f"no compute share is known for profile {profile.name!r}"
