@@ -462,19 +462,23 @@ def table(summary: dict) -> list[str]:
     shape, seq = summary["shape"], summary["seq"]
     flops = SHAPES[shape].flops(seq)
     peak = summary.get("peak_tflops")
+    # The whole attempt's wall time (model load, compilation or capture, every step) keeps a
+    # compile's one-off cost in view next to the steady tokens/s: `--warmup 1 --steps 199` is
+    # a 200-step run.
+    total = summary.get("warmup", 0) + summary.get("steps", 0)
     lines = [f"## {shape}, seq {seq}" + (f", {summary['sms']} SMs" if summary.get("sms") else ""),
              "", "| peer | cap | batch x seq | tokens/s | peak reserved GiB | MFU (LoRA) | "
-             "vs HF Trainer |", "|---|---|---|---|---|---|---|"]
+             f"vs HF Trainer | whole run, {total} steps |", "|---|---|---|---|---|---|---|---|"]
     for cap in summary["caps"]:
         hf = (summary["peers"].get("hf", {}).get("runs", {}).get(cap) or {}).get("tokens_per_s")
         for peer, res in summary["peers"].items():
             run = (res.get("runs") or {}).get(cap)
             if not run:
-                lines.append(f"| {PEERS[peer]} | {cap} | | {res.get('error', 'not run')} | | | |")
+                lines.append(f"| {PEERS[peer]} | {cap} | | {res.get('error', 'not run')} | | | | |")
                 continue
             if "tokens_per_s" not in run or not run.get("fits", True):
                 why = run.get("error", "did not fit")
-                lines.append(f"| {PEERS[peer]} | {cap} | none fits | {why[:120]} | | | |")
+                lines.append(f"| {PEERS[peer]} | {cap} | none fits | {why[:120]} | | | | |")
                 continue
             m = mfu(flops.lora_per_token, run["tokens_per_s"], peak) if peak else None
             ratio = f"{run['tokens_per_s'] / hf:.2f}x" if hf else ""
@@ -485,7 +489,8 @@ def table(summary: dict) -> list[str]:
             lines.append(
                 f"| {PEERS[peer]} | {cap} | {run['batch']} x {seq} "
                 f"| {run['tokens_per_s']:,.0f}{saw} "
-                f"| {run['peak_reserved_gib'] or 0:.2f} | {f'{m:.1%}' if m else ''} | {ratio} |")
+                f"| {run['peak_reserved_gib'] or 0:.2f} | {f'{m:.1%}' if m else ''} | {ratio} "
+                f"| {run['run_s']:.1f} s |")
     return lines
 
 
@@ -543,7 +548,7 @@ def main() -> None:
         peak = measure_peak_tflops("cuda")["tflops"]
         print(f"matmul peak: {peak:.4g} TFLOP/s", flush=True)
     summary = {"shape": args.shape, "seq": args.seq, "caps": caps, "sms": args.sms,
-               "steps": args.steps,
+               "warmup": args.warmup, "steps": args.steps,
                "peak_tflops": peak, "flops": SHAPES[args.shape].flops(args.seq).to_dict(),
                "peers": {}}
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",

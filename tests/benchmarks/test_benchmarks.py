@@ -294,6 +294,10 @@ def test_peer_trainers_smoke_runs_ours_and_trainer_and_prints_the_table(tmp_path
     # what our loop said about how it ran is kept with its figures (a failed capture, too)
     assert summary["peers"]["ours"]["runs"]["none"]["notes"] == ["speed: off"]
     assert "| draslice SFT loop (default) | none | 4 x 64 |" in done.stdout
+    # the whole attempt's wall time, one-off costs included, for warm-up + timed steps
+    assert "| whole run, 3 steps |" in done.stdout
+    whole = summary["peers"]["ours"]["runs"]["none"]["run_s"]
+    assert f"| {whole:.1f} s |" in done.stdout
 
 
 def test_peer_trainers_searches_a_capped_batch_one_process_an_attempt(tmp_path):
