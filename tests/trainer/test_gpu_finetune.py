@@ -66,6 +66,13 @@ def test_advise_measures_levers_for_the_next_smaller_profile(gpt2_124m, data):
     whole = advice.pace(SliceProfile("full", 100.0, step.device))
     assert whole.share == 1.0 and whole.step_s == step.steady_s
     assert isinstance(advice.pace(roomy), str)  # no GPU model named: no estimate
+    from draslice.sizing.profiles import TABLE
+    from draslice.sizing.timing import Pace, same_model
+
+    mine = [p for rows in TABLE.values() for p in rows if same_model(step.device, p.gpu)]
+    if mine:  # the table has this GPU's profiles: its 1g takes longer than the whole GPU
+        assert isinstance(advice.pace(mine[0]), Pace)
+        assert advice.pace(mine[0]).step_s > step.steady_s
     print({"peak": advice.peak_gib, "step": step, "trials": [t.__dict__ for t in advice.trials]})
 
 
