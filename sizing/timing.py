@@ -8,11 +8,11 @@ The share comes, best first, from:
 - the SMs the cluster publishes for the slice (the NVIDIA DRA driver's ``multiprocessors``
   capacity, 14 on an A100 ``1g.10gb``) over the SMs of the device measured on;
 - the ratio of compute slices, when the measurement ran on a MIG slice of the same GPU model
-  (every compute slice of a GPU has the same SMs: an A100's 14);
+  (on an A100 every compute slice has 14 SMs);
 - the profile's compute slices over the GPU's (NVIDIA's MIG guide, "Fraction of SMs": 1/7,
-  1/4 on an A30), when it ran on a whole GPU of the same model. MIG mode keeps a few SMs out
-  of every instance (an A100's ``7g`` has 98 of its 108), so this share is an upper bound and
-  the time it gives is a lower bound.
+  1/4 on an A30), when it ran on a whole GPU of the same model. That fraction is of the SMs
+  MIG mode uses, not of the whole GPU's: an A100's ``1g`` has 14 SMs where 1/7 of its 108 is
+  15.4, so on an A100 this share is about 10% high and the time as much too short.
 
 What the scaling leaves out, and ``advise`` says so: memory bandwidth and L2 shrink with the
 slice's memory slices (1/8 each), which slows a memory-bound step more; a step that leaves
@@ -133,8 +133,8 @@ def share(profile: SliceProfile, measured: MeasuredStep) -> tuple[float | None, 
     model = gpu_model(gpu)
     total = GPU_COMPUTE_SLICES.get(model[0], DEFAULT_COMPUTE_SLICES) if model else None
     return (wanted / total,
-            f"{wanted}/{total} of the SMs (NVIDIA's MIG guide), an upper bound: MIG mode keeps "
-            "a few SMs out")
+            f"{wanted}/{total} of the SMs (NVIDIA's MIG guide); approximate: MIG mode uses "
+            "fewer SMs than the whole GPU has (an A100's 1g has 14 of 108, not 15.4)")
 
 
 def pace(profile: SliceProfile, measured: MeasuredStep, steps: int) -> Pace | str:

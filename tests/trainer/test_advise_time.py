@@ -64,7 +64,7 @@ def test_a_whole_gpu_step_scales_by_the_profiles_fraction_of_the_sms():
     assert one.share == pytest.approx(1 / 7) and three.share == pytest.approx(3 / 7)
     assert one.step_s == pytest.approx(3.5) and one.tokens_per_s == pytest.approx(16384 / 3.5)
     assert one.run_s == pytest.approx(9.5 + 100 * 3.5)  # the first step's set-up, unscaled
-    assert "1/7 of the SMs" in one.basis and "upper bound" in one.basis
+    assert "1/7 of the SMs" in one.basis and "approximate" in one.basis
 
 
 def test_an_a30_has_four_compute_slices():
