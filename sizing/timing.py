@@ -116,12 +116,11 @@ def share(profile: SliceProfile, measured: MeasuredStep) -> tuple[float | None, 
     here = measured.multiprocessors
     if profile.multiprocessors and here:
         return (profile.multiprocessors / here,
-                f"{profile.multiprocessors} SMs published for the slice, {here} measured on")
+                f"{profile.multiprocessors} of its {here} SMs, as the cluster publishes")
     if profile.name == "full":
         if measured.is_mig:
             return None, "measured on a MIG slice; the whole GPU's SMs are not published"
-        return 1.0, ("a whole GPU of the model measured on; shared by time-slicing or MPS, "
-                     "slower by what its neighbours use")
+        return 1.0, "all its SMs; shared by time-slicing or MPS, slower by the neighbours' use"
     wanted = compute_slices(profile)
     if wanted is None:
         return None, f"no compute share is known for profile {profile.name!r}"
@@ -129,12 +128,11 @@ def share(profile: SliceProfile, measured: MeasuredStep) -> tuple[float | None, 
         have = measured.compute_slices()
         if have is None:
             return None, f"the MIG device {measured.device!r} does not name its profile"
-        return wanted / have, f"{wanted} compute slices against the {have} measured on"
+        return wanted / have, f"{wanted} compute slices for its {have}"
     model = gpu_model(gpu)
     total = GPU_COMPUTE_SLICES.get(model[0], DEFAULT_COMPUTE_SLICES) if model else None
     return (wanted / total,
-            f"{wanted}/{total} of the SMs (NVIDIA's MIG guide); approximate: MIG mode uses "
-            "fewer SMs than the whole GPU has (an A100's 1g has 14 of 108, not 15.4)")
+            f"{wanted}/{total} of its SMs, by NVIDIA's MIG guide; approximate")
 
 
 def pace(profile: SliceProfile, measured: MeasuredStep, steps: int) -> Pace | str:

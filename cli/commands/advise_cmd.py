@@ -118,16 +118,16 @@ def _time_lines(advice: Advice, profile: SliceProfile, verbose: bool) -> list[st
         return [f"  time: {found}"]
     step = advice.step
     lines = [f"  time: ~{found.step_s:.2f} s a step, ~{found.tokens_per_s:,.0f} tokens/s; "
-             f"{advice.run_steps} steps (--steps) in ~{duration(found.run_s)} "
-             f"(estimated from {step.steady_s:.3f} s a step measured on {step.device})"]
+             f"{advice.run_steps} steps (--steps) in ~{duration(found.run_s)}",
+             f"    estimated: {step.steady_s:.3f} s a step measured on {step.device}, scaled to "
+             f"{found.basis}"]
     if verbose:
-        lines += [f"    share of the SMs: {found.share:.3f} ({found.basis})",
-                  "    left out: memory bandwidth and L2 shrink with the slice too (slower if "
-                  "memory-bound); idle SMs here lose less; evaluation, checkpoints and "
-                  "export; not checked on a real slice"]
+        lines += ["    left out: memory bandwidth and L2 shrink with the slice too (slower if "
+                  "memory-bound); SMs idle on the whole GPU lose less; evaluation, checkpoints "
+                  "and export; a MIG compute slice's SMs can differ from the guide's fraction "
+                  "(an A100's 1g has 14 of 108, not 15.4); not checked on a real slice"]
     else:
-        lines.append(f"    scaled by the slice's share of the SMs ({found.basis}); "
-                     "--verbose says what it leaves out")
+        lines.append("    (--verbose: what the estimate leaves out)")
     return lines
 
 

@@ -64,7 +64,7 @@ def test_a_whole_gpu_step_scales_by_the_profiles_fraction_of_the_sms():
     assert one.share == pytest.approx(1 / 7) and three.share == pytest.approx(3 / 7)
     assert one.step_s == pytest.approx(3.5) and one.tokens_per_s == pytest.approx(16384 / 3.5)
     assert one.run_s == pytest.approx(9.5 + 100 * 3.5)  # the first step's set-up, unscaled
-    assert "1/7 of the SMs" in one.basis and "approximate" in one.basis
+    assert one.basis == "1/7 of its SMs, by NVIDIA's MIG guide; approximate"
 
 
 def test_an_a30_has_four_compute_slices():
@@ -78,14 +78,14 @@ def test_published_sms_are_used_over_the_fraction():
     published = SliceProfile("1g.10gb", 9.5, "NVIDIA A100 80GB PCIe", multiprocessors=14)
     found = pace(published, step, 10)
     assert found.share == pytest.approx(14 / 108) and found.step_s == pytest.approx(1.08)
-    assert found.basis == "14 SMs published for the slice, 108 measured on"
+    assert found.basis == "14 of its 108 SMs, as the cluster publishes"
 
 
 def test_a_step_measured_on_a_mig_slice_scales_by_compute_slices():
     step = MeasuredStep.from_run(_records(5.0, 2.0), H200_1G)
     found = pace(_profile("2g.35gb"), step, 10)
     assert found.share == 2 and found.step_s == pytest.approx(1.0)
-    assert found.basis == "2 compute slices against the 1 measured on"
+    assert found.basis == "2 compute slices for its 1"
     assert pace(SliceProfile("full", 140.0, "NVIDIA H200"), step, 10).startswith(
         "measured on a MIG slice")
 
@@ -114,10 +114,12 @@ def test_the_command_says_the_run_time_on_the_recommended_slice_and_its_basis():
     advice = _advice(step)  # 20 GiB: 1g.35gb is chosen, 1g.18gb the next smaller
     lines = render(advice)
     assert "recommended: H200-141GB 1g.35gb (34.25 GiB, estimated)" in lines
-    time = lines[lines.index("recommended: H200-141GB 1g.35gb (34.25 GiB, estimated)") + 1]
-    assert time == ("  time: ~3.50 s a step, ~4,681 tokens/s; 200 steps (--steps) in "
-                    "~11.8 min (estimated from 0.500 s a step measured on NVIDIA H200)")
-    assert any("1/7 of the SMs" in line and "--verbose" in line for line in lines)
+    at = lines.index("recommended: H200-141GB 1g.35gb (34.25 GiB, estimated)")
+    assert lines[at + 1:at + 4] == [
+        "  time: ~3.50 s a step, ~4,681 tokens/s; 200 steps (--steps) in ~11.8 min",
+        "    estimated: 0.500 s a step measured on NVIDIA H200, scaled to 1/7 of its SMs, by "
+        "NVIDIA's MIG guide; approximate",
+        "    (--verbose: what the estimate leaves out)"]
     verbose = render(advice, verbose=True)
     assert any("memory bandwidth and L2 shrink" in line for line in verbose)
     assert any(line.endswith("~32,768 tokens/s") and "7g.141gb" in line for line in lines)
