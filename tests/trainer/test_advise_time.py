@@ -6,6 +6,8 @@ given as a run's metrics lines would record them."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from draslice.cli.commands.advise_cmd import render
@@ -123,7 +125,9 @@ def test_the_command_says_the_run_time_on_the_recommended_slice_and_its_basis():
     verbose = render(advice, verbose=True)
     assert any("memory bandwidth and L2 shrink" in line for line in verbose)
     assert any(line.endswith("~32,768 tokens/s") and "7g.141gb" in line for line in lines)
-    assert advice.to_dict()["candidates"][0]["time"]["step_s"] == 3.5
+    found = json.loads(json.dumps(advice.to_dict()))  # what --json prints
+    assert found["candidates"][0]["time"]["step_s"] == 3.5
+    assert found["measured_step"]["steady_s"] == 0.5 and found["run_steps"] == 200
 
 
 def test_each_lever_trial_says_its_step_time_on_the_smaller_slice():
