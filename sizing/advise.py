@@ -94,7 +94,7 @@ def _time_dict(found: Pace | str) -> dict:
 
 def measure(cfg: SFTConfig, steps: int = MEASURE_STEPS) -> tuple[SFTResult, MeasuredStep | None]:
     """A short run of ``cfg`` at full sequence length: its result carries the peak, its
-    steps the time (None on the CPU)."""
+    steps the time (None from one step)."""
     import torch
 
     from draslice.trainer import speed
@@ -127,6 +127,7 @@ def advise(cfg: SFTConfig, candidates: list[SliceProfile],
         result, step = measure(cfg, steps)
         peak, device = result.peak_mem_gib, result.device["name"]
         on_cuda = result.device["device"].startswith("cuda")
+        step = step if on_cuda else None  # a CPU's step says nothing of a GPU slice's
     else:
         peak, device, on_cuda, step = peak_gib, "", True, None
     rec = recommend(peak, candidates, headroom)

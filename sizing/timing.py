@@ -74,9 +74,9 @@ class MeasuredStep:
 
     @classmethod
     def from_run(cls, records: list[dict], device: dict) -> MeasuredStep | None:
-        """From a run's metrics lines and its ``DeviceInfo``; None on the CPU (a CPU's speed
-        says nothing of a GPU's) or with fewer than two steps (no steady one)."""
-        if not str(device.get("device", "")).startswith("cuda") or len(records) < 2:
+        """From a run's metrics lines and its ``DeviceInfo``; None with fewer than two steps
+        (no steady one)."""
+        if len(records) < 2:
             return None
         steady = records[1:]
         return cls(first_s=float(records[0]["step_seconds"]),
@@ -85,6 +85,11 @@ class MeasuredStep:
                    device=str(device.get("name", "")),
                    multiprocessors=device.get("multiprocessors"),
                    is_mig=bool(device.get("is_mig")))
+
+    def run_seconds(self, steps: int, share: float = 1.0) -> float:
+        """``steps`` steps at ``share`` of the SMs measured on: the first step's set-up (host
+        work: compilation, graph capture, allocation) once and unscaled, every step scaled."""
+        return max(self.first_s - self.steady_s, 0.0) + steps * self.steady_s / share
 
     def compute_slices(self) -> int | None:
         """The compute slices of the MIG device measured on (None on a whole GPU)."""
@@ -141,9 +146,8 @@ def pace(profile: SliceProfile, measured: MeasuredStep, steps: int) -> Pace | st
     if fraction is None:
         return basis
     step_s = measured.steady_s / fraction
-    set_up = max(measured.first_s - measured.steady_s, 0.0)  # host work: not scaled
     return Pace(share=fraction, step_s=step_s, tokens_per_s=measured.tokens / step_s,
-                run_s=set_up + steps * step_s, basis=basis)
+                run_s=measured.run_seconds(steps, fraction), basis=basis)
 
 
 def duration(seconds: float) -> str:

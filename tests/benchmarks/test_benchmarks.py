@@ -300,6 +300,24 @@ def test_peer_trainers_smoke_runs_ours_and_trainer_and_prints_the_table(tmp_path
     assert f"| {whole:.1f} s |" in done.stdout
 
 
+def test_advise_time_runs_the_probe_and_the_real_run_and_prints_their_ratios(tmp_path):
+    """advise_time.py's code path on the CPU (figures mean nothing there): advise's own probe,
+    then the real run of the same config, and the two ratios from their step times."""
+    out = tmp_path / "advise_time.json"
+    done = subprocess.run([sys.executable, str(BENCH / "advise_time.py"), "--smoke",
+                           "--json-out", str(out)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    found = json.loads(out.read_text())
+    assert found["probe"]["steady_s"] > 0 and found["real"]["steady_s"] > 0
+    assert found["step_ratio"] == pytest.approx(found["probe"]["steady_s"]
+                                                / found["real"]["steady_s"])
+    # the estimate is the probe's set-up once and --steps steady steps
+    probe = found["probe"]
+    assert found["estimate_s"] == pytest.approx(
+        probe["first_s"] - probe["steady_s"] + 6 * probe["steady_s"])
+    assert f"= {found['step_ratio']:.3f}x" in done.stdout
+
+
 def test_peer_trainers_searches_a_capped_batch_one_process_an_attempt(tmp_path):
     """Under a cap every batch tried runs in its own process (the search's code path on the
     CPU: nothing is capped there, so the first batch fits), with our levers switched on."""

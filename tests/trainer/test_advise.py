@@ -91,13 +91,16 @@ def test_advise_command_without_measuring():
 def test_advise_measures_a_real_model_run(tiny_llama, demo_data):
     result = CliRunner().invoke(main, [
         "advise", "--model-dir", str(tiny_llama), "--data", str(demo_data["chat"]),
-        "--max-length", "64", "--batch-size", "4", "--device", "cpu", "--measure-steps", "1",
+        "--max-length", "64", "--batch-size", "4", "--device", "cpu", "--measure-steps", "2",
         "--gpu", "A100-40GB", "--json",
     ])
     assert result.exit_code == 0, result.output
     advice = json.loads(result.output[result.output.index("{"):])
     assert advice["peak_gib"] > 0
     assert advice["peak_is_gpu_memory"] is False  # on the CPU it says so
+    # and gives no time: a CPU's step says nothing of a GPU slice's
+    assert advice["measured_step"] is None
+    assert advice["candidates"][0]["time"] == {"none": "not predicted: measured on the CPU"}
     assert advice["chosen"]["gpu"] == "A100-40GB"
     assert len(advice["candidates"]) == len(TABLE["A100-40GB"])
 

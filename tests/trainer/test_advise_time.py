@@ -34,10 +34,14 @@ def test_measured_step_takes_the_median_steady_step_and_keeps_the_first_apart():
     assert step.multiprocessors == 132 and not step.is_mig
 
 
-def test_no_measured_step_on_the_cpu_or_from_one_step():
-    cpu = {"device": "cpu", "name": "cpu", "is_mig": False}
-    assert MeasuredStep.from_run(_records(1.0, 0.5), cpu) is None
+def test_no_measured_step_from_one_step():
     assert MeasuredStep.from_run(_records(1.0), H200) is None
+
+
+def test_a_run_time_counts_the_first_steps_set_up_once_and_unscaled():
+    step = MeasuredStep.from_run(_records(10.0, 0.5, 0.5), H200)
+    assert step.run_seconds(100) == pytest.approx(9.5 + 50)
+    assert step.run_seconds(100, share=0.5) == pytest.approx(9.5 + 100)
 
 
 @pytest.mark.parametrize(("a", "b", "same"), [
