@@ -8,6 +8,7 @@
 #   bash benchmarks/remote/peers_session.sh install .whl/peers      # call 1 (carry .whl/peers)
 #   bash benchmarks/remote/peers_session.sh install .whl/bench-c    # call 2 (carry .whl/bench-c)
 #   bash benchmarks/remote/peers_session.sh bench ARGS...     # python benchmarks/peer_trainers.py ARGS
+#   bash benchmarks/remote/peers_session.sh python ARGS...    # e.g. benchmarks/advise_time.py ARGS
 #   bash benchmarks/remote/peers_session.sh pytest ARGS...    # pytest ARGS, on a copy of tests/
 #
 # Each folder carries the draslice wheel of the working tree (fetch_gpu_wheels.sh puts it
@@ -29,6 +30,8 @@ case $what in
 'transformers', transformers.__version__, 'peft', peft.__version__)" ;;
     bench)
         exec python3 benchmarks/peer_trainers.py "$@" ;;
+    python)
+        exec python3 "$@" ;;
     pytest)
         # From a copy: in the checkout, the repository root (the package's folder tree) would
         # shadow the installed draslice.
@@ -36,6 +39,6 @@ case $what in
         cp -r tests benchmarks pyproject.toml "$work/"
         cd "$work" && exec python3 -m pytest -q -p no:cacheprovider -rs "$@" ;;
     *)
-        echo "usage: bash benchmarks/remote/peers_session.sh install FOLDER... | bench ARGS | pytest ARGS" >&2
+        echo "usage: bash benchmarks/remote/peers_session.sh install FOLDER... | bench ARGS | python ARGS | pytest ARGS" >&2
         exit 2 ;;
 esac
