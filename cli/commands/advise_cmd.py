@@ -122,10 +122,12 @@ def _time_lines(advice: Advice, profile: SliceProfile, verbose: bool) -> list[st
              f"    estimated: {step.steady_s:.3f} s a step measured on {step.device}, scaled to "
              f"{found.basis}"]
     if verbose:
-        lines += ["    left out: memory bandwidth and L2 shrink with the slice too (slower if "
-                  "memory-bound); SMs idle on the whole GPU lose less; evaluation, checkpoints "
-                  "and export; a MIG compute slice's SMs can differ from the guide's fraction "
-                  "(an A100's 1g has 14 of 108, not 15.4); not checked on a real slice"]
+        lines += ["    left out: the slice's share of memory bandwidth and L2 (a memory-bound "
+                  "step loses more);",
+                  "      SMs idle on the whole GPU (a small model or batch loses less); "
+                  "evaluation, checkpoints, export;",
+                  "      a MIG compute slice's own SM count (an A100's 1g has 14 of 108, not "
+                  "15.4). Not checked on a real slice."]
     else:
         lines.append("    (--verbose: what the estimate leaves out)")
     return lines

@@ -127,7 +127,7 @@ def test_the_command_says_the_run_time_on_the_recommended_slice_and_its_basis():
         "NVIDIA's MIG guide; approximate",
         "    (--verbose: what the estimate leaves out)"]
     verbose = render(advice, verbose=True)
-    assert any("memory bandwidth and L2 shrink" in line for line in verbose)
+    assert any("share of memory bandwidth and L2" in line for line in verbose)
     assert any(line.endswith("~32,768 tokens/s") and "7g.141gb" in line for line in lines)
     found = json.loads(json.dumps(advice.to_dict()))  # what --json prints
     assert found["candidates"][0]["time"]["step_s"] == 3.5
