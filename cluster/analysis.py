@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import lru_cache
 
 from draslice.cluster import allocator
@@ -110,29 +111,28 @@ class PreflightReport:
 
 
 @lru_cache(maxsize=1024)
-def count(text: str | None) -> int | None:
-    """A whole-number capacity (``multiprocessors: "14"``); a malformed one counts as absent."""
-    if not text:
-        return None
-    from kubernetes.utils import parse_quantity
-
-    try:
-        value = parse_quantity(text)
-    except (ValueError, ArithmeticError):
-        return None
-    return int(value) if value == int(value) and value > 0 else None
-
-
-def memory_gib(text: str | None) -> float | None:
-    """A capacity in GiB for the table; a malformed one is the allocator's to refuse."""
+def _quantity(text: str | None) -> Decimal | None:
+    """A capacity's quantity text parsed (``9728Mi``, ``"14"``); None when absent or malformed."""
     if not text:
         return None
     from kubernetes.utils import parse_quantity  # here: the client takes a second to import
 
     try:
-        return round(float(parse_quantity(text)) / 2**30, 2)
+        return parse_quantity(text)
     except (ValueError, ArithmeticError):
         return None
+
+
+def count(text: str | None) -> int | None:
+    """A whole-number capacity (``multiprocessors: "14"``); a malformed one counts as absent."""
+    value = _quantity(text)
+    return int(value) if value is not None and value == int(value) and value > 0 else None
+
+
+def memory_gib(text: str | None) -> float | None:
+    """A capacity in GiB for the table; a malformed one is the allocator's to refuse."""
+    value = _quantity(text)
+    return None if value is None else round(float(value) / 2**30, 2)
 
 
 def _selectors(obj: dict) -> list[str]:
