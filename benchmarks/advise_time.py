@@ -27,7 +27,6 @@ every linear projection, bf16 weights; ``llama-7b`` is 4-bit QLoRA).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -54,14 +53,11 @@ def config(inputs: dict, shape: str, seq: int, batch: int, steps: int, checkpoin
 
 
 def real_run(cfg) -> tuple:
-    """The run as `draslice train` makes it: its result and its measured steps."""
+    """The run as `draslice train` makes it: its result, its measured steps and its metrics."""
+    from draslice.sizing.advise import trained
     from draslice.sizing.timing import MeasuredStep
-    from draslice.trainer.sft import train
 
-    with tempfile.TemporaryDirectory(prefix="advise-time-") as tmp:
-        metrics = Path(tmp, "metrics.jsonl")
-        result = train(cfg, tmp, str(metrics), log=lambda _line: None)
-        records = [json.loads(line) for line in metrics.read_text().splitlines() if line]
+    result, records = trained(cfg)
     return result, MeasuredStep.from_run(records, result.device), records
 
 

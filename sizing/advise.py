@@ -41,11 +41,15 @@ class KnobTrial:
     note: str = ""
     step: MeasuredStep | None = None  # its steps' time, on a GPU
 
+    def pace(self, target: SliceProfile, run_steps: int) -> Pace | str | None:
+        """Its time on ``target`` (or why none); None when its steps were not measured."""
+        return None if self.step is None else pace(target, self.step, run_steps)
+
     def to_dict(self, target: SliceProfile | None, run_steps: int) -> dict:
         found = {"knobs": self.knobs, "peak_gib": self.peak_gib, "fits": self.fits,
                  "note": self.note}
         if self.step is not None and target is not None:
-            found["time_on_target"] = _time_dict(pace(target, self.step, run_steps))
+            found["time_on_target"] = _time_dict(self.pace(target, run_steps))
         return found
 
 
@@ -98,7 +102,6 @@ def measure(cfg: SFTConfig, steps: int = MEASURE_STEPS) -> tuple[SFTResult, Meas
     import torch
 
     from draslice.trainer import speed
-    from draslice.trainer.sft import train
 
     # Padding makes every batch one width, which would let compile=auto capture a CUDA graph
     # (its own memory pool, a faster step) where the real run, of varying widths, runs eager:
@@ -107,13 +110,21 @@ def measure(cfg: SFTConfig, steps: int = MEASURE_STEPS) -> tuple[SFTResult, Meas
     probe = replace(cfg, steps=steps, log_every=steps, checkpoint_every=0, checkpoint_dir="",
                     merge=False, eval_fraction=0.0, pad_to_max_length=True,
                     slice_memory_gib=0.0, warmup_steps=0, compile=mode)
-    with tempfile.TemporaryDirectory(prefix="draslice-advise-") as tmp:
-        metrics = Path(tmp, "metrics.jsonl")
-        result = train(probe, tmp, str(metrics), log=lambda _line: None)
-        records = [json.loads(line) for line in metrics.read_text().splitlines() if line]
+    result, records = trained(probe)
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return result, MeasuredStep.from_run(records, result.device)
+
+
+def trained(cfg: SFTConfig) -> tuple[SFTResult, list[dict]]:
+    """``cfg`` trained in a scratch folder, quietly: its result and its metrics lines (one a
+    step, ``step_seconds`` and ``tokens`` among them)."""
+    from draslice.trainer.sft import train
+
+    with tempfile.TemporaryDirectory(prefix="draslice-advise-") as tmp:
+        metrics = Path(tmp, "metrics.jsonl")
+        result = train(cfg, tmp, str(metrics), log=lambda _line: None)
+        return result, [json.loads(line) for line in metrics.read_text().splitlines() if line]
 
 
 def advise(cfg: SFTConfig, candidates: list[SliceProfile],

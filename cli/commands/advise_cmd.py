@@ -135,7 +135,7 @@ def _time_lines(advice: Advice, profile: SliceProfile, verbose: bool) -> list[st
 
 def render(advice: Advice, verbose: bool = False) -> list[str]:
     """The advice as lines for a terminal."""
-    from draslice.sizing.timing import Pace, pace
+    from draslice.sizing.timing import Pace
 
     rec = advice.recommendation
     source = advice.device if advice.measured else "given with --peak-gib, not measured"
@@ -171,7 +171,7 @@ def render(advice: Advice, verbose: bool = False) -> list[str]:
                 lines.append(f"  {knobs}: {trial.note or 'not measured'}")
             else:
                 verdict = "fits" if trial.fits else "does not fit"
-                found = pace(n, trial.step, advice.run_steps) if trial.step else None
+                found = trial.pace(n, advice.run_steps)
                 time = (f", ~{found.step_s:.2f} s a step there" if isinstance(found, Pace)
                         else "")
                 lines.append(f"  {knobs}: peak {trial.peak_gib:.2f} GiB, {verdict}{time}")
