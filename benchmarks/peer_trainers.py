@@ -442,12 +442,11 @@ def child_main(args: argparse.Namespace) -> None:
     cap = ctx["cap"] = CAPS[cap_name]
     if torch.cuda.is_available() and not args.smoke:
         dev.apply_slice_cap(torch.device("cuda", 0), cap)
-    if cap == 0:
-        result = attempt(args.peer, ctx, args.batch, False, args.warmup, args.steps)
-    else:
-        # As many timed steps as uncapped: Unsloth's first steps after warm-up are slow, and 5
-        # timed steps understated it by about 2x (docs/benchmarks.md, run G).
-        result = attempt(args.peer, ctx, args.batch, True, args.warmup, args.steps)
+    # Under a cap, with the peer's memory levers, and as many timed steps as uncapped: Unsloth's
+    # first steps after warm-up are slow, and 5 timed steps understated it by about 2x
+    # (docs/benchmarks.md, run G).
+    result = attempt(args.peer, ctx, args.batch, cap != 0, args.warmup, args.steps)
+    if cap:
         result["fits"] = "tokens_per_s" in result and (result["peak_reserved_gib"] or 0) <= cap
     result = {"cap_gib": cap or None, **result}
     print(f"{args.peer} {cap_name} batch {args.batch}: {json.dumps(result)}", flush=True)
