@@ -21,8 +21,9 @@ Peers, each in a fresh process per (peer, cap group):
   tokens); uncapped it is ``ours``;
 - ``ours-offload-peft``: ``ours-offload`` with peft's own LoRA forward instead of
   ``trainer/lora_fused.py``'s one-matmul sum (what that change is worth, in one call);
-- ``ours-offload-compile``: ``ours-offload`` with ``compile="default"`` (inductor compiles the
-  body, checkpointed layers included; its compile time is in ``run_s``, not in tokens/s);
+- ``ours-offload-compile``: ``ours-offload`` with ``compile="default"`` (inductor compiles each
+  layer inside its offloaded checkpoint, ``speed.compile_layers``; its compile time is in
+  ``run_s``, not in tokens/s);
   uncapped it is ``ours`` compiled so;
 - ``hf``: HF ``Trainer`` + peft (the seed's approach);
 - ``hf-liger``: the same with ``use_liger_kernel=True`` (what LlamaFactory's

@@ -74,6 +74,20 @@ def offloaded_checkpoint(function: Callable, *args, **kwargs):
         return checkpoint(function, *args, use_reentrant=False, **kwargs)
 
 
+def checkpointed(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules of a Hugging Face ``model`` that call ``_gradient_checkpointing_func``
+    (checkpointing on): its layers, and the model itself, which carries the flag too for its
+    ``use_cache`` warning."""
+    return [m for m in model.modules()
+            if getattr(m, "gradient_checkpointing", False)
+            and hasattr(m, "_gradient_checkpointing_func")]
+
+
+def innermost(modules: list[torch.nn.Module]) -> list[torch.nn.Module]:
+    """The layers among ``modules``: those with no other of them inside."""
+    return [m for m in modules if not any(c in modules for c in m.modules() if c is not m)]
+
+
 def enable(model: torch.nn.Module) -> int:
     """Make every checkpointed layer of a Hugging Face ``model`` (checkpointing already on)
     offload its saved input; returns how many layers now do.
@@ -82,10 +96,13 @@ def enable(model: torch.nn.Module) -> int:
     place to swap the function (enabling checkpointing takes only keyword arguments for the
     stock one).
     """
-    flagged = [m for m in model.modules()
-               if getattr(m, "gradient_checkpointing", False)
-               and hasattr(m, "_gradient_checkpointing_func")]
+    flagged = checkpointed(model)
     for module in flagged:
         module._gradient_checkpointing_func = offloaded_checkpoint
-    # The model itself carries the flag too (for its use_cache warning); count the layers.
-    return sum(1 for m in flagged if not any(c in flagged for c in m.modules() if c is not m))
+    return len(innermost(flagged))
+
+
+def offloading(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The layers of ``model`` that offload their saved input (:func:`enable` made them)."""
+    return [m for m in innermost(checkpointed(model))
+            if m._gradient_checkpointing_func is offloaded_checkpoint]

@@ -13,6 +13,9 @@ own code rather than kernels of ours:
   the body eagerly. Gradient checkpointing and a 4-bit base stay eager.
 - ``default`` / ``reduce-overhead``: ``torch.compile`` (inductor) of the body, on request only:
   it fuses more but compiles for tens of seconds, worth it on long runs (docs/benchmarks.md).
+  With ``offload_activations`` each layer is compiled inside its checkpoint instead: dynamo
+  does not trace the saved-tensor hooks that move a layer's input to the host, so a compiled
+  body would break at every layer and run the layers eager (:func:`compile_layers`).
 - Liger kernels (``liger-kernel``, what LlamaFactory's ``enable_liger_kernel`` applies): fused
   RMSNorm, RoPE and SwiGLU for Llama/Qwen2/Mistral on CUDA when the library is installed and
   the body is not compiled by inductor (which fuses those itself). The loss keeps its own
@@ -26,9 +29,11 @@ import importlib.util
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
+from draslice.trainer import offload
 from draslice.trainer.config import COMPILE_MODES
 from draslice.trainer.loss import split_head
 
@@ -47,6 +52,8 @@ class SpeedPlan:
     """The compile mode actually used: ``off``, ``cudagraphs`` or an inductor mode."""
     liger: bool
     """Liger's fused kernels replace the body's norms, rotary embedding and MLP activation."""
+    layerwise: bool = False
+    """Inductor compiled each layer inside its (offloaded) checkpoint, not the whole body."""
 
     @property
     def mark_steps(self) -> bool:
@@ -59,7 +66,8 @@ class SpeedPlan:
         return self.mode != "cudagraphs"
 
     def describe(self) -> str:
-        return f"speed: {self.mode}" + (", Liger kernels" if self.liger else "")
+        return (f"speed: {self.mode}" + (", each layer compiled" if self.layerwise else "")
+                + (", Liger kernels" if self.liger else ""))
 
 
 def fixed_width(cfg) -> bool:
@@ -77,6 +85,11 @@ def choose(cfg, on_cuda: bool, log: Callable[[str], None]) -> str:
         log("compile: CUDA graphs need a GPU; compiling without them (mode 'default')")
     elif cfg.compile == "cudagraphs" and mode == "off":
         log("compile: CUDA graphs need a GPU; running eager")
+    elif mode == "reduce-overhead" and cfg.offload_activations:
+        mode = "default"
+        log("compile: offload_activations copies each layer's input to the host between the "
+            "compiled layers, which CUDA graphs do not replay; compiling without them "
+            "(mode 'default')")
     return mode
 
 
@@ -116,13 +129,49 @@ def prepare(model: torch.nn.Module, mode: str, liger: bool, log: Callable[[str],
     :func:`apply_liger` on the base before LoRA wrapped it (``liger`` says whether).
     """
     backbone = split_head(model)[0]
-    if mode in INDUCTOR_MODES:
+    layerwise = mode in INDUCTOR_MODES and bool(offload.offloading(backbone))
+    if layerwise:
+        compile_layers(offload.checkpointed(backbone), mode)
+    elif mode in INDUCTOR_MODES:
         backbone.compile(mode=mode)
     elif mode == "cudagraphs":
         _GraphedBody.install(backbone, log)
-    plan = SpeedPlan(mode, liger)
+    plan = SpeedPlan(mode, liger, layerwise)
     log(plan.describe())
     return plan
+
+
+def compile_layers(checkpointed: list[torch.nn.Module], mode: str) -> None:
+    """Compile what each checkpointed module runs inside its checkpoint, with one compiled
+    function for all of them.
+
+    For when the checkpoint itself cannot be compiled: dynamo refuses to trace
+    ``saved_tensors_hooks`` (``offload_activations``), so ``torch.compile`` of the body breaks
+    its graph at every layer and runs each layer eager. Here the hooks and the checkpoint stay
+    eager around a compiled layer. The compiled function takes the layer's call as an
+    argument, so the identical layers share one graph (two: the first layer's input, the frozen
+    embeddings' output, needs no gradient) instead of compiling one each, which torch's
+    recompile limit of 8 would cut short at 28 layers.
+    """
+    run = torch.compile(_run_layer, mode=mode)
+    for module in checkpointed:
+        module._gradient_checkpointing_func = _CompiledInside(
+            module._gradient_checkpointing_func, run)
+
+
+def _run_layer(call: Callable, *args):
+    return call(*args)
+
+
+class _CompiledInside:
+    """A module's checkpoint function, given the compiled layer call to checkpoint."""
+
+    def __init__(self, checkpoint: Callable, run: Callable) -> None:
+        self.checkpoint = checkpoint
+        self.run = run
+
+    def __call__(self, function: Callable, *args, **kwargs):
+        return self.checkpoint(partial(self.run, function), *args, **kwargs)
 
 
 class _HiddenStates(torch.nn.Module):

@@ -111,17 +111,21 @@ def test_the_default_captures_a_packed_qwen2_body_with_liger_kernels(tmp_path, r
     assert result.final_loss < result.initial_loss
 
 
-def test_offloaded_activations_train_the_same_in_less_device_memory(tmp_path):
+@pytest.mark.parametrize("mode", ["off", "default"])
+def test_offloaded_activations_train_the_same_in_less_device_memory(tmp_path, mode):
     """offload_activations: the checkpointed layer inputs (32 x 512 x 256 values each, above
     offload.MIN_NUMEL) go to host memory and come back for backward: the same losses, and the
-    peak lower by about those inputs."""
-    base = {"steps": 6, "batch_size": 32, "gradient_checkpointing": True, "compile": "off",
+    peak lower by about those inputs; compiled, each layer inside its offloaded checkpoint
+    (a compiled body would run the layers eager, speed.compile_layers says why)."""
+    base = {"steps": 6, "batch_size": 32, "gradient_checkpointing": True, "compile": mode,
             "shape": ModelShape(n_layer=8, n_embd=256, seq_len=512)}
     kept = train(SFTConfig(**base), tmp_path / "k", tmp_path / "k.jsonl", log=lambda _l: None)
     lines: list[str] = []
     moved = train(SFTConfig(**base, offload_activations=True), tmp_path / "o",
                   tmp_path / "o.jsonl", log=lines.append)
     assert loglines.offloaded(8) in lines
+    if mode == "default":
+        assert "speed: default, each layer compiled" in lines
     assert moved.initial_loss == pytest.approx(kept.initial_loss, rel=1e-3)
     assert moved.final_loss == pytest.approx(kept.final_loss, rel=1e-2)
     assert moved.peak_mem_gib < kept.peak_mem_gib

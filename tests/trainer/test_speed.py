@@ -40,6 +40,16 @@ def test_a_real_run_is_fixed_width_when_packed_or_padded():
     assert lines == ["compile: CUDA graphs need a GPU; running eager"]
 
 
+def test_offloading_compiles_without_cuda_graphs_and_says_so():
+    lines: list[str] = []
+    offloaded = SFTConfig(compile="reduce-overhead", gradient_checkpointing=True,
+                          offload_activations=True)
+    assert choose(offloaded, True, lines.append) == "default"
+    assert len(lines) == 1 and "offload_activations" in lines[0] and "'default'" in lines[0]
+    assert choose(SFTConfig(compile="reduce-overhead", gradient_checkpointing=True), True,
+                  lines.append) == "reduce-overhead"
+
+
 def test_the_default_on_a_cpu_says_it_runs_eager(tmp_path):
     lines: list[str] = []
     train(SFTConfig(steps=2, batch_size=4, dataset_size=8, device="cpu"), tmp_path / "o",
