@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from contextlib import AbstractContextManager, ExitStack, nullcontext, suppress
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,6 +22,7 @@ import torch
 from draslice.trainer import (
     checkpoint,
     distributed,
+    grad_checkpointing,
     loglines,
     lora_fused,
     offload,
@@ -111,7 +112,7 @@ def assemble(cfg: SFTConfig, device: torch.device, precision: str,
     cfg = replace(cfg, lora_targets=resolve_targets(base, cfg.lora_targets))
     model = wrap_lora(base, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets)
     if cfg.gradient_checkpointing:  # on the base, which LoRA wrapped in place
-        checkpointing(base)
+        grad_checkpointing.enable(base)
         if cfg.offload_activations:  # on a CPU the activations are in host memory already
             layers = offload.enable(base) if device.type == "cuda" else 0
             log(loglines.offloaded(layers, device.type))
@@ -141,23 +142,6 @@ def assemble(cfg: SFTConfig, device: torch.device, precision: str,
         autocast=autocast, plan=plan, trainable_params=trainable, total_params=total,
         step_loss=step_loss,
     )
-
-
-def checkpointing(base: torch.nn.Module) -> None:
-    """Non-reentrant gradient checkpointing of every layer, by the name the installed
-    transformers has for it (``activation_checkpointing_enable`` since 5.x; the old name now
-    warns that v6 removes it)."""
-    kwargs = {"use_reentrant": False}
-    if hasattr(base, "activation_checkpointing_enable"):
-        base.activation_checkpointing_enable(kwargs)  # its first parameter: the kwargs
-    else:
-        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    # transformers also makes the embeddings' output require grad, which the reentrant kind
-    # needs and the non-reentrant one does not: kept, it costs a backward through the first
-    # layer's frozen weights and breaks torch.compile's graph (a forward hook calling
-    # requires_grad_). Older transformers raise AttributeError when no hook was added.
-    with suppress(AttributeError):
-        base.disable_input_require_grads()
 
 
 def resume(run: Training, root: Path, log: Callable[[str], None]) -> tuple[int, list[float]]:

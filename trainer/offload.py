@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from draslice.trainer import grad_checkpointing
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -74,35 +76,9 @@ def offloaded_checkpoint(function: Callable, *args, **kwargs):
         return checkpoint(function, *args, use_reentrant=False, **kwargs)
 
 
-def checkpointed(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The modules of a Hugging Face ``model`` that call ``_gradient_checkpointing_func``
-    (checkpointing on): its layers, and the model itself, which carries the flag too for its
-    ``use_cache`` warning."""
-    return [m for m in model.modules()
-            if getattr(m, "gradient_checkpointing", False)
-            and hasattr(m, "_gradient_checkpointing_func")]
-
-
-def innermost(modules: list[torch.nn.Module]) -> list[torch.nn.Module]:
-    """The layers among ``modules``: those with no other of them inside."""
-    return [m for m in modules if not any(c in modules for c in m.modules() if c is not m)]
-
-
 def enable(model: torch.nn.Module) -> int:
     """Make every checkpointed layer of a Hugging Face ``model`` (checkpointing already on)
-    offload its saved input; returns how many layers now do.
-
-    Transformers calls each layer's ``_gradient_checkpointing_func``; that attribute is the one
-    place to swap the function (enabling checkpointing takes only keyword arguments for the
-    stock one).
-    """
-    flagged = checkpointed(model)
-    for module in flagged:
+    offload its saved input; returns how many layers now do."""
+    for module in grad_checkpointing.flagged(model):
         module._gradient_checkpointing_func = offloaded_checkpoint
-    return len(innermost(flagged))
-
-
-def offloading(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The layers of ``model`` that offload their saved input (:func:`enable` made them)."""
-    return [m for m in innermost(checkpointed(model))
-            if m._gradient_checkpointing_func is offloaded_checkpoint]
+    return len(grad_checkpointing.layers(model))

@@ -13,9 +13,9 @@ own code rather than kernels of ours:
   the body eagerly. Gradient checkpointing and a 4-bit base stay eager.
 - ``default`` / ``reduce-overhead``: ``torch.compile`` (inductor) of the body, on request only:
   it fuses more but compiles for tens of seconds, worth it on long runs (docs/benchmarks.md).
-  With ``offload_activations`` each layer is compiled inside its checkpoint instead: dynamo
-  does not trace the saved-tensor hooks that move a layer's input to the host, so a compiled
-  body would break at every layer and run the layers eager (:func:`compile_layers`).
+  Under gradient checkpointing each layer is compiled inside its checkpoint instead, which
+  stays eager: dynamo's own checkpoint would break at every layer and run the layers eager
+  (:func:`compile_layers` says why), and CUDA graphs are not used there.
 - Liger kernels (``liger-kernel``, what LlamaFactory's ``enable_liger_kernel`` applies): fused
   RMSNorm, RoPE and SwiGLU for Llama/Qwen2/Mistral on CUDA when the library is installed and
   the body is not compiled by inductor (which fuses those itself). The loss keeps its own
@@ -33,7 +33,7 @@ from functools import partial
 
 import torch
 
-from draslice.trainer import offload
+from draslice.trainer import grad_checkpointing
 from draslice.trainer.config import COMPILE_MODES
 from draslice.trainer.loss import split_head
 
@@ -53,7 +53,7 @@ class SpeedPlan:
     liger: bool
     """Liger's fused kernels replace the body's norms, rotary embedding and MLP activation."""
     layerwise: bool = False
-    """Inductor compiled each layer inside its (offloaded) checkpoint, not the whole body."""
+    """Inductor compiled each layer inside its checkpoint, not the whole body."""
 
     @property
     def mark_steps(self) -> bool:
@@ -85,11 +85,11 @@ def choose(cfg, on_cuda: bool, log: Callable[[str], None]) -> str:
         log("compile: CUDA graphs need a GPU; compiling without them (mode 'default')")
     elif cfg.compile == "cudagraphs" and mode == "off":
         log("compile: CUDA graphs need a GPU; running eager")
-    elif mode == "reduce-overhead" and cfg.offload_activations:
+    elif mode == "reduce-overhead" and cfg.gradient_checkpointing:
         mode = "default"
-        log("compile: offload_activations copies each layer's input to the host between the "
-            "compiled layers, which CUDA graphs do not replay; compiling without them "
-            "(mode 'default')")
+        log("compile: with gradient_checkpointing each layer is compiled inside its "
+            "checkpoint, which runs eager between the layers; CUDA graphs do not replay "
+            "that, compiling without them (mode 'default')")
     return mode
 
 
@@ -129,9 +129,9 @@ def prepare(model: torch.nn.Module, mode: str, liger: bool, log: Callable[[str],
     :func:`apply_liger` on the base before LoRA wrapped it (``liger`` says whether).
     """
     backbone = split_head(model)[0]
-    layerwise = mode in INDUCTOR_MODES and bool(offload.offloading(backbone))
+    layerwise = mode in INDUCTOR_MODES and bool(grad_checkpointing.layers(backbone))
     if layerwise:
-        compile_layers(offload.checkpointed(backbone), mode)
+        compile_layers(grad_checkpointing.flagged(backbone), mode)
     elif mode in INDUCTOR_MODES:
         backbone.compile(mode=mode)
     elif mode == "cudagraphs":
@@ -145,9 +145,10 @@ def compile_layers(checkpointed: list[torch.nn.Module], mode: str) -> None:
     """Compile what each checkpointed module runs inside its checkpoint, with one compiled
     function for all of them.
 
-    For when the checkpoint itself cannot be compiled: dynamo refuses to trace
-    ``saved_tensors_hooks`` (``offload_activations``), so ``torch.compile`` of the body breaks
-    its graph at every layer and runs each layer eager. Here the hooks and the checkpoint stay
+    ``torch.compile`` of a checkpointed body breaks its graph at every layer and runs each
+    layer eager: dynamo refuses to trace ``saved_tensors_hooks`` (``offload_activations``),
+    and transformers 5.25's layers set a context variable that dynamo's checkpoint will not
+    replay ("HOP: Unsafe side effect"; 5.17's traced). Here the checkpoint and its hooks stay
     eager around a compiled layer. The compiled function takes the layer's call as an
     argument, so the identical layers share one graph (two: the first layer's input, the frozen
     embeddings' output, needs no gradient) instead of compiling one each, which torch's

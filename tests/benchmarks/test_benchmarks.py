@@ -335,11 +335,12 @@ def test_peer_trainers_searches_a_capped_batch_one_process_an_attempt(tmp_path):
     assert capped["tries"] == [{"batch": 4, "oom": False, "error": None}]
     assert any(n.startswith("[slice] MLP run in tiles") for n in capped["notes"])
     assert done.stdout.count("ours-tiled 1g.6gb batch 4:") == 1
-    # the compiled peer: inductor under the cap, our levers on too
+    # the compiled peer: inductor under the cap, each checkpointed layer compiled, our levers
+    # on too
     compiled = json.loads(out.read_text())["peers"]["ours-offload-compile"]["runs"]
     assert compiled["none"]["notes"] == ["speed: default"]
     assert compiled["1g.6gb"]["fits"]
-    assert "speed: default" in compiled["1g.6gb"]["notes"]
+    assert "speed: default, each layer compiled" in compiled["1g.6gb"]["notes"]
     assert any(n.startswith("[slice] offload_activations") for n in compiled["1g.6gb"]["notes"])
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from draslice.trainer import build
+from draslice.trainer import grad_checkpointing
 from draslice.trainer.config import ModelShape
 from draslice.trainer.model import build_base
 
@@ -25,5 +25,28 @@ def checkpointed_base(shape: ModelShape) -> torch.nn.Module:
     """A synthetic GPT-2 of ``shape`` in training mode, with the loop's gradient checkpointing."""
     model = build_base(shape, seed=0)
     model.train()
-    build.checkpointing(model)
+    grad_checkpointing.enable(model)
+    return model
+
+
+def checkpointed_qwen2(layers: int) -> torch.nn.Module:
+    """A small random Qwen2 (the architecture the slice benchmarks tune) in training mode with
+    the loop's gradient checkpointing and LoRA on every projection, B non-zero so that every
+    LoRA weight gets a gradient."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from draslice.trainer.model import wrap_lora
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        base = Qwen2ForCausalLM(Qwen2Config(
+            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32))
+        model = wrap_lora(base, 4, 8, 0.0,
+                          "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                torch.nn.init.normal_(param, std=0.1)
+    base.train()
+    grad_checkpointing.enable(base)
     return model

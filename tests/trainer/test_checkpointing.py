@@ -1,4 +1,4 @@
-"""build.checkpointing: the loop's gradient checkpointing (non-reentrant) changes no LoRA
+"""grad_checkpointing.enable: the loop's gradient checkpointing (non-reentrant) changes no LoRA
 gradient, and leaves the embeddings' output as it is (transformers' hook that makes it require
 grad is for the reentrant kind: a backward through frozen weights and a torch.compile break)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from draslice.trainer import build
+from draslice.trainer import grad_checkpointing
 from draslice.trainer.config import ModelShape
 from draslice.trainer.model import build_base, wrap_lora
 from tests.trainer.grads import param_grads
@@ -21,7 +21,7 @@ def _lora_grads(checkpointed: bool, ids: torch.Tensor) -> tuple[dict, torch.nn.M
         if "lora_B" in name:
             torch.nn.init.normal_(param, std=0.1, generator=torch.Generator().manual_seed(1))
     if checkpointed:
-        build.checkpointing(base)
+        grad_checkpointing.enable(base)
     model.train()
     model(input_ids=ids, labels=ids).loss.backward()
     return param_grads(model), base
