@@ -65,3 +65,12 @@ def test_the_wheel_ships_exactly_the_package_tree():
     assert config["package-dir"] == {"draslice": "."}
     assert sorted(config["packages"]) == sorted(_dotted(d / "__init__.py")
                                                 for d in _package_dirs())
+
+
+def test_docs_layout_names_every_trainer_module():
+    """docs/layout.md is where a newcomer looks for the module to change: a trainer module it
+    does not name is one they will not find."""
+    listed = (REPO / "docs" / "layout.md").read_text()
+    missing = [p.name for p in sorted((REPO / "trainer").glob("*.py"))
+               if p.name != "__init__.py" and f"`{p.name}`" not in listed]
+    assert not missing, f"add them to docs/layout.md's trainer table: {missing}"

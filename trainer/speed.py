@@ -24,9 +24,7 @@ own code rather than kernels of ours:
 
 from __future__ import annotations
 
-import gc
 import importlib.util
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -35,13 +33,12 @@ import torch
 
 from draslice.trainer import grad_checkpointing
 from draslice.trainer.config import COMPILE_MODES
+from draslice.trainer.cuda_graph import GraphedBody
 from draslice.trainer.loss import split_head
 
 __all__ = ["COMPILE_MODES", "SpeedPlan", "apply_liger", "choose", "choose_mode", "prepare"]
 INDUCTOR_MODES = ("default", "reduce-overhead")
 LIGER_ARCHS = ("llama", "qwen2", "mistral")
-WARMUP_ITERS = 3
-"""Forward-backward passes before a CUDA graph capture (``make_graphed_callables``' own count)."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +132,7 @@ def prepare(model: torch.nn.Module, mode: str, liger: bool, log: Callable[[str],
     elif mode in INDUCTOR_MODES:
         backbone.compile(mode=mode)
     elif mode == "cudagraphs":
-        _GraphedBody.install(backbone, log)
+        GraphedBody.install(backbone, log)
     plan = SpeedPlan(mode, liger, layerwise)
     log(plan.describe())
     return plan
@@ -173,114 +170,3 @@ class _CompiledInside:
 
     def __call__(self, function: Callable, *args, **kwargs):
         return self.checkpoint(partial(self.run, function), *args, **kwargs)
-
-
-class _HiddenStates(torch.nn.Module):
-    """The body as a module of one tensor in, one out: what graph capture takes."""
-
-    def __init__(self, backbone: torch.nn.Module, eager: Callable) -> None:
-        super().__init__()
-        self.backbone = backbone  # registered: capture takes the trainable weights from here
-        self.eager = eager  # the body's own forward (its ``forward`` is now the dispatcher)
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.eager(input_ids=input_ids, use_cache=False).last_hidden_state
-
-
-class _GraphedBody:
-    """Replaces the body's ``forward``: a training call with unpadded ``input_ids`` of the
-    captured shape replays the graph; any other call runs the original forward.
-
-    The graph is captured at the first training call, inside the loop's autocast, so it holds
-    the same casts an eager step would run. If capture fails (an operation that cannot be
-    captured, e.g. a host sync inside a model's forward) the run goes on eagerly and says why.
-    """
-
-    def __init__(self, backbone: torch.nn.Module, log: Callable[[str], None]) -> None:
-        self.eager = backbone.forward
-        self.hidden = _HiddenStates(backbone, self.eager)
-        self.log = log
-        self.shape: torch.Size | None = None
-        self.failed = False
-
-    @classmethod
-    def install(cls, backbone: torch.nn.Module, log: Callable[[str], None]) -> None:
-        backbone.forward = cls(backbone, log)
-
-    def __call__(self, input_ids: torch.Tensor | None = None, attention_mask=None,
-                 use_cache: bool | None = None, **kwargs):
-        # The graph holds a forward without a KV cache, as the loss calls it (use_cache=False).
-        graphable = (input_ids is not None and attention_mask is None and not use_cache
-                     and not kwargs and torch.is_grad_enabled()
-                     and self.hidden.backbone.training and not self.failed)
-        if graphable and self.shape is None:
-            self._capture(input_ids)
-        if not graphable or self.failed or input_ids.shape != self.shape:
-            return self.eager(input_ids=input_ids, attention_mask=attention_mask,
-                              use_cache=use_cache, **kwargs)
-        from transformers.modeling_outputs import BaseModelOutputWithPast
-
-        return BaseModelOutputWithPast(last_hidden_state=self.hidden(input_ids))
-
-    def _capture(self, input_ids: torch.Tensor) -> None:
-        """Capture the body, warmed up by :meth:`_warm_up` first; if that capture fails, once
-        more with ``make_graphed_callables``' own warm-up (the way this loop captured before,
-        which captured GPT-2 and the seed model but never Qwen2.5-1.5B); then eager."""
-        sample = input_ids.clone()
-
-        def warmed_up_here() -> None:
-            self._warm_up(sample, WARMUP_ITERS)
-            torch.cuda.make_graphed_callables(self.hidden, (sample,), num_warmup_iters=0)
-
-        failure = self._try(warmed_up_here)
-        if failure is not None:
-            first = failure
-            failure = self._try(lambda: torch.cuda.make_graphed_callables(self.hidden, (sample,)))
-            if failure is None:
-                self.log("speed: CUDA graph captured on a second try, warmed up by "
-                         f"make_graphed_callables itself (the first: {first})")
-        if failure is not None:
-            self.failed = True
-            self.log(f"speed: CUDA graph capture failed ({failure}); running eager")
-            return
-        self.shape = input_ids.shape
-
-    def _warm_up(self, sample: torch.Tensor, iters: int) -> None:
-        """Forward and backward of the body on a side stream, everything they made dropped.
-
-        ``make_graphed_callables`` warms up the same way, but its last warm-up's outputs stay
-        referenced into the capture (torch 2.11's ``for v in [...]: del v`` deletes nothing),
-        and with them the autograd graph and each LoRA weight's ``AccumulateGrad`` node,
-        created on the warm-up stream, so the capture reuses nodes of another stream, which
-        torch (2.10+) then has to synchronise with. On Qwen2.5-1.5B the capture failed right
-        after torch's warning that "the AccumulateGrad node's stream does not match", which
-        points here (docs/benchmarks.md, run H; not yet confirmed on a GPU, hence the second
-        try). Warmed up here, nothing of it is alive at the capture, and the nodes are made
-        anew on the capture's stream. The warm-up itself is what the capture
-        needs: cuDNN plans, Triton autotuning and lazy CUDA set-up happen outside it.
-        """
-        params = tuple(p for p in self.hidden.parameters() if p.requires_grad)
-        torch.cuda.synchronize()
-        with torch.cuda.stream(torch.cuda.Stream()):
-            for _ in range(iters):
-                out = self.hidden(sample)
-                torch.autograd.grad(out, params, grad_outputs=torch.empty_like(out))
-                del out
-        torch.cuda.synchronize()
-
-    @staticmethod
-    def _try(capture: Callable[[], object]) -> str | None:
-        """Run one capture; None when it worked, else the error and the warnings raised during
-        it (a warning tends to say why, the error only that the capture broke)."""
-        with warnings.catch_warnings(record=True) as raised:
-            warnings.simplefilter("always")
-            try:
-                capture()
-            except Exception as err:  # noqa: BLE001 -- any capture failure leaves the eager path
-                why = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
-            else:
-                return None
-        gc.collect()  # the failed capture's graph, before another capture or the eager steps
-        said = dict.fromkeys(str(w.message).splitlines()[0][:200] for w in raised
-                             if not issubclass(w.category, DeprecationWarning | FutureWarning))
-        return why + "".join(f"; warning: {text}" for text in list(said)[:2])

@@ -60,16 +60,16 @@ def test_cuda_graph_compile_trains_like_eager_on_the_gpu(tmp_path):
 @pytest.fixture
 def replays(monkeypatch) -> list[int]:
     """How many training steps replayed the captured body, counted at its graphed module."""
-    from draslice.trainer import speed
+    from draslice.trainer import cuda_graph
 
     count: list[int] = []
-    install = speed._GraphedBody.install.__func__
+    install = cuda_graph.GraphedBody.install.__func__
 
     def counted(cls, backbone, log):
         install(cls, backbone, log)
         backbone.forward.hidden.register_forward_hook(lambda *_: count.append(1))
 
-    monkeypatch.setattr(speed._GraphedBody, "install", classmethod(counted))
+    monkeypatch.setattr(cuda_graph.GraphedBody, "install", classmethod(counted))
     return count
 
 
@@ -89,7 +89,7 @@ def test_the_default_replays_the_body_as_a_cuda_graph_and_trains_like_eager(tmp_
 def test_the_default_captures_a_packed_qwen2_body_with_liger_kernels(tmp_path, replays):
     """compile="auto" on a packed Qwen2 run (tied embeddings, grouped KV heads, Liger's kernels
     when installed): the body is captured as a CUDA graph. Qwen2.5-1.5B's capture failed with
-    make_graphed_callables' own warm-up (docs/benchmarks.md, run H); speed._GraphedBody now
+    make_graphed_callables' own warm-up (docs/benchmarks.md, run H); cuda_graph.GraphedBody now
     warms up itself, and says so when it had to fall back."""
     from tests import scratch
 

@@ -1,0 +1,104 @@
+"""The body replayed as a CUDA graph (trainer/cuda_graph.py): its capture's order and
+fall-backs, on a CPU with torch.cuda's capture entry points stood in for; tests/trainer/
+test_gpu.py captures for real."""
+
+from __future__ import annotations
+
+import pytest
+
+
+class _Capture:
+    """``torch.cuda``'s capture entry points on a CPU: records each call, fails the first
+    ``fail`` of them (with a warning first, as torch's autograd engine gives one)."""
+
+    def __init__(self, fail: int) -> None:
+        self.fail = fail
+        self.calls: list[dict] = []
+
+    @staticmethod
+    def graph_tensors() -> int:
+        """Tensors alive in this process that belong to an autograd graph."""
+        import gc
+
+        import torch
+
+        gc.collect()
+        return sum(1 for o in gc.get_objects()
+                   if isinstance(o, torch.Tensor) and o.grad_fn is not None)
+
+    def __call__(self, module, args, **kwargs):
+        import warnings
+
+        self.calls.append({"kwargs": kwargs, "live_graph_tensors": self.graph_tensors()})
+        if len(self.calls) <= self.fail:
+            warnings.warn("The AccumulateGrad node's stream does not match", UserWarning,
+                          stacklevel=1)
+            raise RuntimeError("CUDA error: operation failed due to a previous error during "
+                               "capture")
+        return module
+
+
+@pytest.fixture
+def body(monkeypatch):
+    """A one-layer GPT-2 body with one trainable weight, behind speed's graph dispatcher, and
+    torch.cuda's stream calls made harmless on a CPU."""
+    import contextlib
+
+    import torch
+    from transformers import GPT2Config, GPT2Model
+
+    from draslice.trainer import cuda_graph
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda: None)
+    monkeypatch.setattr(torch.cuda, "stream", lambda _s: contextlib.nullcontext())
+    model = GPT2Model(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16,
+                                 bos_token_id=0, eos_token_id=0))
+    for name, param in model.named_parameters():
+        param.requires_grad_(name == "h.0.attn.c_attn.weight")
+    model.train()
+    lines: list[str] = []
+    cuda_graph.GraphedBody.install(model, lines.append)
+    forwards: list[int] = []
+    model.h[0].register_forward_hook(lambda *_: forwards.append(1))
+    return model, lines, forwards
+
+
+@pytest.mark.parametrize("fail", [0, 1, 2])
+def test_graph_capture_is_warmed_up_apart_and_falls_back_twice(body, monkeypatch, fail):
+    """The body is warmed up (forward and backward, 3 times) with nothing of it left alive
+    when the capture starts (``num_warmup_iters=0``); a failed capture is tried once more with
+    make_graphed_callables' own warm-up, and after that the run goes on eagerly, saying why
+    with the warnings the capture raised."""
+    import torch
+
+    model, lines, forwards = body
+    capture = _Capture(fail)
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", capture)
+    ids = torch.randint(0, 64, (2, 8))
+    before = capture.graph_tensors()  # what earlier tests left alive in this process
+    out = model(input_ids=ids)
+    assert out.last_hidden_state.shape == (2, 8, 32)
+    first = capture.calls[0]
+    assert first == {"kwargs": {"num_warmup_iters": 0}, "live_graph_tensors": before}
+    assert len(forwards) >= 3 + 1  # the warm-up ran through the body, then the call itself
+    graphed = model.forward
+    replays: list[int] = []
+    graphed.hidden.register_forward_hook(lambda *_: replays.append(1))
+    model(input_ids=ids, use_cache=False)  # the loss's call: the graph's, when there is one
+    assert len(replays) == (0 if fail == 2 else 1)
+    model(input_ids=ids, use_cache=True)  # a cache was asked for: eager
+    assert len(replays) == (0 if fail == 2 else 1)
+    if fail == 0:
+        assert len(capture.calls) == 1 and graphed.shape == ids.shape and not lines
+    elif fail == 1:
+        assert capture.calls[1]["kwargs"] == {} and graphed.shape == ids.shape
+        assert len(lines) == 1 and "captured on a second try" in lines[0]
+        assert "AccumulateGrad" in lines[0]
+    else:
+        assert len(capture.calls) == 2 and graphed.failed and graphed.shape is None
+        assert lines[-1].startswith("speed: CUDA graph capture failed (RuntimeError: CUDA error")
+        assert "; warning: The AccumulateGrad node's stream" in lines[-1]
+        assert lines[-1].endswith("running eager")
+        model(input_ids=ids)  # eager from here on, no capture tried again
+        assert len(capture.calls) == 2
