@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import gc
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -100,7 +101,8 @@ class GraphedBody:
         after torch's warning that "the AccumulateGrad node's stream does not match", which
         points here (docs/benchmarks.md, run H; not yet confirmed on a GPU, hence the second
         try). Warmed up here, nothing of it is alive at the capture, and the nodes are made
-        anew on the capture's stream. The warm-up itself is what the capture
+        anew on the capture's stream (a newer torch also redirects such nodes itself,
+        :func:`stale_streams_redirected`). The warm-up itself is what the capture
         needs: cuDNN plans, Triton autotuning and lazy CUDA set-up happen outside it.
         """
         params = tuple(p for p in self.hidden.parameters() if p.requires_grad)
@@ -116,7 +118,7 @@ class GraphedBody:
     def _try(capture: Callable[[], object]) -> str | None:
         """Run one capture; None when it worked, else the error and the warnings raised during
         it (a warning tends to say why, the error only that the capture broke)."""
-        with warnings.catch_warnings(record=True) as raised:
+        with warnings.catch_warnings(record=True) as raised, stale_streams_redirected():
             warnings.simplefilter("always")
             try:
                 capture()
@@ -128,3 +130,27 @@ class GraphedBody:
         said = dict.fromkeys(str(w.message).splitlines()[0][:200] for w in raised
                              if not issubclass(w.category, DeprecationWarning | FutureWarning))
         return why + "".join(f"; warning: {text}" for text in list(said)[:2])
+
+
+@contextmanager
+def stale_streams_redirected() -> Iterator[None]:
+    """While capturing: an autograd node still on a stream from before the capture runs on the
+    capturing one (``torch.autograd.graph.set_override_stale_capture_stream``, pytorch
+    PR #180090; torch 2.13 has it).
+
+    Torch's own remedy for the failure :meth:`GraphedBody._warm_up` works around: without it,
+    a node made on a stream that is not capturing makes the capture wait on that stream, which
+    invalidates it. The setting is process-wide, so the one before is put back. An older torch
+    has no such setting, and only the warm-up protects its capture.
+    """
+    override = getattr(torch.autograd.graph, "set_override_stale_capture_stream", None)
+    current = getattr(torch._C, "_override_stale_capture_stream", None)
+    if override is None or current is None:
+        yield
+        return
+    before = current()
+    override(True)
+    try:
+        yield
+    finally:
+        override(before)

@@ -14,6 +14,7 @@ class _Capture:
     def __init__(self, fail: int) -> None:
         self.fail = fail
         self.calls: list[dict] = []
+        self.redirected: list[bool] = []  # torch's stale-stream override, at each capture
 
     @staticmethod
     def graph_tensors() -> int:
@@ -29,7 +30,11 @@ class _Capture:
     def __call__(self, module, args, **kwargs):
         import warnings
 
+        import torch
+
         self.calls.append({"kwargs": kwargs, "live_graph_tensors": self.graph_tensors()})
+        if hasattr(torch._C, "_override_stale_capture_stream"):  # torch 2.13 has it
+            self.redirected.append(torch._C._override_stale_capture_stream())
         if len(self.calls) <= self.fail:
             warnings.warn("The AccumulateGrad node's stream does not match", UserWarning,
                           stacklevel=1)
@@ -89,6 +94,10 @@ def test_graph_capture_is_warmed_up_apart_and_falls_back_twice(body, monkeypatch
     assert len(replays) == (0 if fail == 2 else 1)
     model(input_ids=ids, use_cache=True)  # a cache was asked for: eager
     assert len(replays) == (0 if fail == 2 else 1)
+    if hasattr(torch._C, "_override_stale_capture_stream"):  # torch 2.13 has it
+        # every capture ran with torch's stale-stream override on, and it is off again after
+        assert capture.redirected == [True] * len(capture.calls)
+        assert not torch._C._override_stale_capture_stream()
     if fail == 0:
         assert len(capture.calls) == 1 and graphed.shape == ids.shape and not lines
     elif fail == 1:
