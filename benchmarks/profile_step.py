@@ -1,7 +1,7 @@
 """Where a step of our loop spends its time, on a peer benchmark's shape and cap.
 
     python benchmarks/profile_step.py --shape qwen2.5-1.5b --seq 2048 --batch 16 \
-        --cap 1g.6gb [--offload] [--tile] [--skip 3] [--active 3]
+        --cap 1g.6gb [--offload] [--tile] [--compile default] [--skip 3] [--active 3]
 
 Runs ``draslice.trainer.sft.train`` as ``peer_trainers.py``'s ``ours`` runner does (the same
 random-init model, packed rows, LoRA and cap; gradient checkpointing under a cap) inside
@@ -25,6 +25,8 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 from peer_trainers import CAPS, SHAPES, Clock, prepare, train_ours  # noqa: E402
 
+from draslice.trainer.config import COMPILE_MODES  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -34,6 +36,9 @@ def main() -> None:
     parser.add_argument("--cap", choices=list(CAPS), default="1g.6gb")
     parser.add_argument("--offload", action="store_true", help="offload_activations")
     parser.add_argument("--tile", action="store_true", help="tile_mlp")
+    parser.add_argument("--compile", choices=COMPILE_MODES, default="auto",
+                        help="the loop's compile knob; under a cap (checkpointed) 'default' "
+                             "compiles each layer inside its checkpoint")
     parser.add_argument("--skip", type=int, default=3, help="steps before the profiled ones")
     parser.add_argument("--active", type=int, default=3, help="steps profiled")
     parser.add_argument("--rows", type=int, default=25, help="operators per table")
@@ -67,7 +72,7 @@ def main() -> None:
                 prof.step()
 
         train_ours(ctx, args.batch, CAPS[args.cap] > 0, clock, offload=args.offload,
-                    tile=args.tile, on_line=on_line)
+                    tile=args.tile, compile=args.compile, on_line=on_line)
     table = prof.key_averages()
     host = sum(e.self_cpu_time_total for e in table) / args.active / 1e6
     device = sum(e.self_device_time_total for e in table) / args.active / 1e6
