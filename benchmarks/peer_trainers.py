@@ -23,8 +23,7 @@ Peers, each in a fresh process per (peer, cap group):
   ``trainer/lora_fused.py``'s one-matmul sum (what that change is worth, in one call);
 - ``ours-offload-compile``: ``ours-offload`` with ``compile="default"`` (inductor compiles each
   layer inside its offloaded checkpoint, ``speed.compile_layers``; its compile time is in
-  ``run_s``, not in tokens/s);
-  uncapped it is ``ours`` compiled so;
+  ``run_s``, not in tokens/s); uncapped it is ``ours`` compiled so;
 - ``hf``: HF ``Trainer`` + peft (the seed's approach);
 - ``hf-liger``: the same with ``use_liger_kernel=True`` (what LlamaFactory's
   ``enable_liger_kernel`` does: Liger's RoPE, RMSNorm, SwiGLU and fused linear cross-entropy);
@@ -411,10 +410,11 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
     # compute, set the pace.
     retries = (torch.cuda.memory_stats().get("num_alloc_retries")
                if torch.cuda.is_available() else None)
+    seen = clock.tokens_seen()
     return {"batch": batch, "oom": False, "tokens_per_step": batch * ctx["seq"],
             "tokens_per_s": tokens / seconds, "peak_reserved_gib": peak, "run_s": run_s,
             "alloc_retries": retries, **({"notes": clock.notes} if clock.notes else {}),
-            **({"tokens_seen": clock.tokens_seen()} if clock.tokens_seen() else {})}
+            **({"tokens_seen": seen} if seen else {})}
 
 
 @contextmanager

@@ -134,8 +134,8 @@ def share(profile: SliceProfile, measured: MeasuredStep) -> tuple[float | None, 
         if have is None:
             return None, f"the MIG device {measured.device!r} does not name its profile"
         return wanted / have, f"{wanted} compute slices for its {have}"
-    model = gpu_model(gpu)
-    total = GPU_COMPUTE_SLICES.get(model[0], DEFAULT_COMPUTE_SLICES) if model else None
+    model, _memory = gpu_model(gpu)  # a model same_model knew
+    total = GPU_COMPUTE_SLICES.get(model, DEFAULT_COMPUTE_SLICES)
     return (wanted / total,
             f"{wanted}/{total} of its SMs, by NVIDIA's MIG guide; approximate")
 
