@@ -32,7 +32,8 @@ class _Capture:
 
         import torch
 
-        self.calls.append({"kwargs": kwargs, "live_graph_tensors": self.graph_tensors()})
+        self.calls.append({"kwargs": kwargs, "live_graph_tensors": self.graph_tensors(),
+                           "cache_emptied": len(torch.cuda.empty_cache.calls)})
         if hasattr(torch._C, "_override_stale_capture_stream"):  # torch 2.13 has it
             self.redirected.append(torch._C._override_stale_capture_stream())
         if len(self.calls) <= self.fail:
@@ -57,6 +58,13 @@ def body(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "Stream", lambda: None)
     monkeypatch.setattr(torch.cuda, "stream", lambda _s: contextlib.nullcontext())
+    emptied: list[int] = []
+
+    def empty_cache() -> None:
+        emptied.append(1)
+
+    empty_cache.calls = emptied
+    monkeypatch.setattr(torch.cuda, "empty_cache", empty_cache)
     model = GPT2Model(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16,
                                  bos_token_id=0, eos_token_id=0))
     for name, param in model.named_parameters():
@@ -74,7 +82,9 @@ def test_graph_capture_is_warmed_up_apart_and_falls_back_twice(body, monkeypatch
     """The body is warmed up (forward and backward, 3 times) with nothing of it left alive
     when the capture starts (``num_warmup_iters=0``); a failed capture is tried once more with
     make_graphed_callables' own warm-up, and after that the run goes on eagerly, saying why
-    with the warnings the capture raised."""
+    with the warnings each capture raised. The device's cache is emptied after the warm-up and
+    after each failure (blocks cached for the warm-up's stream or a failed capture's pool would
+    serve neither the capture nor the eager steps)."""
     import torch
 
     model, lines, forwards = body
@@ -85,7 +95,8 @@ def test_graph_capture_is_warmed_up_apart_and_falls_back_twice(body, monkeypatch
     out = model(input_ids=ids)
     assert out.last_hidden_state.shape == (2, 8, 32)
     first = capture.calls[0]
-    assert first == {"kwargs": {"num_warmup_iters": 0}, "live_graph_tensors": before}
+    assert first == {"kwargs": {"num_warmup_iters": 0}, "live_graph_tensors": before,
+                     "cache_emptied": 1}
     assert len(forwards) >= 3 + 1  # the warm-up ran through the body, then the call itself
     graphed = model.forward
     replays: list[int] = []
@@ -102,12 +113,15 @@ def test_graph_capture_is_warmed_up_apart_and_falls_back_twice(body, monkeypatch
         assert len(capture.calls) == 1 and graphed.shape == ids.shape and not lines
     elif fail == 1:
         assert capture.calls[1]["kwargs"] == {} and graphed.shape == ids.shape
+        assert capture.calls[1]["cache_emptied"] == 2
         assert len(lines) == 1 and "captured on a second try" in lines[0]
         assert "AccumulateGrad" in lines[0]
     else:
         assert len(capture.calls) == 2 and graphed.failed and graphed.shape is None
         assert lines[-1].startswith("speed: CUDA graph capture failed (RuntimeError: CUDA error")
         assert "; warning: The AccumulateGrad node's stream" in lines[-1]
+        assert "on a second try, warmed up by make_graphed_callables itself: Runtime" in lines[-1]
+        assert len(torch.cuda.empty_cache.calls) == 3
         assert lines[-1].endswith("running eager")
         model(input_ids=ids)  # eager from here on, no capture tried again
         assert len(capture.calls) == 2
