@@ -39,7 +39,8 @@ class LossBatch:
     input_ids: torch.Tensor
     """batch x seq token ids."""
     attention_mask: torch.Tensor | None
-    """None when no position is padding: the model then takes its causal fast path."""
+    """None unless a row has padding before a real token (see :func:`needs_mask`): the model
+    then takes its causal fast path."""
     positions: torch.Tensor
     """Flat indices into the batch x seq hidden states whose *next* token is a label."""
     targets: torch.Tensor
@@ -62,7 +63,6 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> LossBatch
     b, s = (labels[:, 1:] != IGNORE).nonzero(as_tuple=True)
     positions = b * width + s
     targets = labels[b, s + 1]
-    padded = mask is not None and not bool(mask.all())
     tokens = int(mask.sum()) if mask is not None else ids.numel()
 
     def move(t: torch.Tensor) -> torch.Tensor:
@@ -71,10 +71,25 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> LossBatch
         return t.to(device)
 
     return LossBatch(
-        input_ids=move(ids), attention_mask=move(mask) if padded else None,
+        input_ids=move(ids), attention_mask=move(mask) if needs_mask(mask) else None,
         positions=move(positions), targets=move(targets), count=int(positions.numel()),
         tokens=tokens,
     )
+
+
+def needs_mask(mask: torch.Tensor | None) -> bool:
+    """Whether a batch's attention mask changes what the labelled tokens see.
+
+    Not for right padding, what ``collate`` makes: under causal attention a real token never
+    sees the pads after it, and its position (counted from the row's start) is the same, so
+    the mask would only cost speed. Without it the model takes its causal fast path (SDPA's
+    flash kernel instead of a materialised mask) and a fixed-width step stays in the body's
+    CUDA graph (a packed run's last row is padded). Padding before a real token (left
+    padding) does need it.
+    """
+    if mask is None or bool(mask.all()):
+        return False
+    return not bool((mask[:, 1:] <= mask[:, :-1]).all())
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
