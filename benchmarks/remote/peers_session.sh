@@ -7,6 +7,8 @@
 #
 #   bash benchmarks/remote/peers_session.sh install .whl/peers      # call 1 (carry .whl/peers)
 #   bash benchmarks/remote/peers_session.sh install .whl/bench-c    # call 2 (carry .whl/bench-c)
+#   bash benchmarks/remote/peers_session.sh install .whl/peers-one  # or both in one carry,
+#       trimmed by benchmarks/remote/trim_wheels.py (34 MiB): one call needs no warm machine
 #   bash benchmarks/remote/peers_session.sh bench ARGS...     # python benchmarks/peer_trainers.py ARGS
 #   bash benchmarks/remote/peers_session.sh python ARGS...    # e.g. benchmarks/advise_time.py ARGS
 #   bash benchmarks/remote/peers_session.sh pytest ARGS...    # pytest ARGS, on a copy of tests/

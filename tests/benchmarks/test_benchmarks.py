@@ -357,3 +357,30 @@ def test_profile_step_profiles_only_the_steps_after_the_skipped_ones(tmp_path):
     assert figures["profiled_host_seconds_a_step"] > 0
     steps_row = next(line for line in done.stdout.splitlines() if "ProfilerStep*" in line)
     assert steps_row.split()[-1] == "3"  # calls: the active window only
+
+
+def test_trim_wheels_drops_the_unused_files_and_their_record_lines(tmp_path):
+    """trim_wheels.py: Unsloth's studio/ and other toolkits' bitsandbytes libraries leave the
+    wheel and its RECORD; the host's CUDA library and every other file stay."""
+    import zipfile
+
+    import trim_wheels
+
+    files = {"bitsandbytes/__init__.py": "", "bitsandbytes/libbitsandbytes_cuda128.so": "x" * 999,
+             "bitsandbytes/libbitsandbytes_cuda130.so": "y", "studio/app.js": "z" * 999,
+             "unsloth/__init__.py": ""}
+    record = "bnb.dist-info/RECORD"
+    wheel = tmp_path / "src" / "bnb-1-py3-none-any.whl"
+    wheel.parent.mkdir()
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+        zf.writestr(record, "".join(f"{name},sha256=0,1\n" for name in files) + f"{record},,\n")
+    (tmp_path / "out").mkdir()
+    assert trim_wheels.trim(wheel, tmp_path / "out", "13") > 0
+    with zipfile.ZipFile(tmp_path / "out" / wheel.name) as zf:
+        kept = set(zf.namelist())
+        lines = zf.read(record).decode().splitlines()
+    assert kept == {"bitsandbytes/__init__.py", "bitsandbytes/libbitsandbytes_cuda130.so",
+                    "unsloth/__init__.py", record}
+    assert [line.split(",")[0] for line in lines] == sorted(kept - {record}) + [record]
