@@ -87,9 +87,7 @@ def needs_mask(mask: torch.Tensor | None) -> bool:
     CUDA graph (a packed run's last row is padded). Padding before a real token (left
     padding) does need it.
     """
-    if mask is None or bool(mask.all()):
-        return False
-    return not bool((mask[:, 1:] <= mask[:, :-1]).all())
+    return mask is not None and not bool((mask[:, 1:] <= mask[:, :-1]).all())
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
