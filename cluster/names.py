@@ -45,6 +45,26 @@ def validate_template_name(name: str) -> str:
     return validate_dns_label(name, "claim_template", "no dots: it names the pod's claim")
 
 
+# A MIG profile as the NVIDIA DRA driver publishes it: "<compute slices>g.<memory>gb", optionally
+# with extra attributes such as "+me" or "-me" ("1g.10gb+me", "1g.12gb-me", "4g.40gb"). The one
+# grammar for MIG profile names: claim templates check it, sizing reads compute slices with it.
+_MIG_PROFILE = r"([1-9][0-9]*)g\.[1-9][0-9]*gb(?:[+-][a-z]+)*"
+_MIG_PROFILE_NAME = re.compile(f"^{_MIG_PROFILE}$")
+_MIG_PROFILE_IN_TEXT = re.compile(rf"(?<![\w.]){_MIG_PROFILE}(?![\w.])", re.IGNORECASE)
+
+
+def is_mig_profile(name: object) -> bool:
+    """Whether ``name`` is a MIG profile string exactly as the driver publishes it."""
+    return isinstance(name, str) and _MIG_PROFILE_NAME.match(name) is not None
+
+
+def mig_compute_slices(text: str) -> int | None:
+    """The compute slices of the MIG profile ``text`` names or contains: ``2g.20gb`` and a MIG
+    device's name such as ``NVIDIA A100-SXM4-40GB MIG 2g.20gb`` give 2; None without one."""
+    found = _MIG_PROFILE_IN_TEXT.search(text)
+    return int(found.group(1)) if found else None
+
+
 # A PersistentVolumeClaim's name is a DNS-1123 subdomain (Kubernetes' NameIsDNSSubdomain).
 MAX_SUBDOMAIN = 253
 _DNS1123_SUBDOMAIN = re.compile(

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 
 from draslice.cluster.cel import check_expressions
-from draslice.cluster.names import validate_dns_label, validate_template_name
+from draslice.cluster.names import is_mig_profile, validate_dns_label, validate_template_name
 from draslice.errors import InvalidParameter
 
 DRIVER = "gpu.nvidia.com"
@@ -41,11 +41,6 @@ MAX_GPUS_PER_POD = 32
 TIMESLICE_INTERVALS = ("Default", "Short", "Medium", "Long")
 SHARING_STRATEGIES = ("TimeSlicing", "MPS")
 
-# A MIG profile as the driver publishes it: "<g>g.<mem>gb", optionally with extra
-# attributes such as "+me" or "-me" ("1g.10gb+me", "1g.12gb-me", "4g.40gb").
-_MIG_PROFILE = re.compile(r"^[1-9][0-9]*g\.[1-9][0-9]*gb([+-][a-z]+)*$")
-
-
 def mig_template_name(profile: str) -> str:
     """``1g.6gb`` -> ``mig-1g-6gb``: a DNS-1123 label, usable as a label value too."""
     check_mig_profile(profile)
@@ -53,7 +48,7 @@ def mig_template_name(profile: str) -> str:
 
 
 def check_mig_profile(profile: str) -> str:
-    if not isinstance(profile, str) or not _MIG_PROFILE.match(profile):
+    if not is_mig_profile(profile):
         raise InvalidParameter(
             "profile", profile,
             "must be a MIG profile string as the driver publishes it, e.g. 1g.6gb, 2g.12gb, "

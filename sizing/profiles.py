@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from draslice.cluster.names import is_mig_profile, mig_compute_slices
 from draslice.errors import InvalidParameter
 from draslice.trainer import budget
 
@@ -141,8 +142,7 @@ class Recommendation:
 def compute_slices(profile: SliceProfile) -> int | None:
     """The compute slices a MIG profile names (``2g.20gb``: 2); None for ``full`` and names
     that are not a MIG profile."""
-    head = profile.name.split("g.", 1)[0]
-    return int(head) if head.isdigit() else None
+    return mig_compute_slices(profile.name) if is_mig_profile(profile.name) else None
 
 
 def _compute_size(profile: SliceProfile) -> int:

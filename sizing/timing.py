@@ -29,6 +29,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from draslice.cluster.names import mig_compute_slices
 from draslice.sizing.profiles import SliceProfile, compute_slices
 
 # Compute slices of a whole GPU in MIG mode (NVIDIA's MIG guide, "Supported MIG Profiles"):
@@ -38,7 +39,6 @@ DEFAULT_COMPUTE_SLICES = 7
 
 _MODEL = re.compile(r"\b(A30|A100|H100|H200|B200)\b", re.IGNORECASE)
 _MEMORY = re.compile(r"(\d+)\s*GB\b", re.IGNORECASE)
-_MIG_NAME = re.compile(r"\bMIG\s+(\d+)g\.", re.IGNORECASE)
 
 
 def gpu_model(name: str) -> tuple[str, int | None] | None:
@@ -93,8 +93,7 @@ class MeasuredStep:
 
     def compute_slices(self) -> int | None:
         """The compute slices of the MIG device measured on (None on a whole GPU)."""
-        found = _MIG_NAME.search(self.device) if self.is_mig else None
-        return int(found.group(1)) if found else None
+        return mig_compute_slices(self.device) if self.is_mig else None
 
 
 @dataclass(frozen=True)

@@ -83,3 +83,14 @@ def test_template_selectors_are_compiled_at_render_time(monkeypatch):
     )
     with pytest.raises(InvalidParameter, match="atributes"):
         templates.mig_claim_template("1g.6gb")
+
+
+@pytest.mark.parametrize("text, slices", [
+    ("1g.6gb", 1), ("2g.20gb", 2), ("1g.10gb+me", 1), ("7g.141gb", 7),
+    ("NVIDIA H200 MIG 3g.71gb", 3), ("NVIDIA A100-SXM4-40GB MIG 2g.10gb", 2),
+    ("NVIDIA H200", None), ("full", None), ("NVIDIA A100-SXM4-80GB", None), ("0g.5gb", None),
+])
+def test_one_grammar_reads_compute_slices_from_profiles_and_device_names(text, slices):
+    # sizing (advise's memory ranking and time prediction) and the templates share it
+    from draslice.cluster.names import mig_compute_slices
+    assert mig_compute_slices(text) == slices
