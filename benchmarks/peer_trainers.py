@@ -24,6 +24,8 @@ Peers, each in a fresh process per (peer, cap group):
 - ``ours-offload-compile``: ``ours-offload`` with ``compile="default"`` (inductor compiles each
   layer inside its offloaded checkpoint, ``speed.compile_layers``; its compile time is in
   ``run_s``, not in tokens/s); uncapped it is ``ours`` compiled so;
+- ``ours-tiled-compile``: ``ours-tiled`` compiled the same way (do the tiles bring the
+  compiled layers' peak back under the eager one's, at what cost in tokens/s);
 - ``hf``: HF ``Trainer`` + peft (the seed's approach);
 - ``hf-liger``: the same with ``use_liger_kernel=True`` (what LlamaFactory's
   ``enable_liger_kernel`` does: Liger's RoPE, RMSNorm, SwiGLU and fused linear cross-entropy);
@@ -70,17 +72,40 @@ from childproc import kill_children_on_term, run_child, write_json  # noqa: E402
 from compare_trainers import loop_seconds  # noqa: E402
 from flops import FlopCount, mfu  # noqa: E402
 
+
+@dataclass(frozen=True)
+class Ours:
+    """One way of running our loop: the levers it turns on (under a cap only; uncapped there
+    is no checkpointing to offload or tile under)."""
+
+    title: str
+    offload: bool = False
+    tile: bool = False
+    compile: str = "auto"
+    peft_forward: bool = False  # peft's own LoRA forward, not trainer/lora_fused.py's
+
+
+OURS = {
+    "ours": Ours("draslice SFT loop (default)"),
+    "ours-offload": Ours("draslice SFT loop + offload_activations", offload=True),
+    "ours-tiled": Ours("draslice SFT loop + offload_activations + tile_mlp", offload=True,
+                       tile=True),
+    "ours-offload-peft": Ours("draslice SFT loop + offload_activations, peft's LoRA forward",
+                              offload=True, peft_forward=True),
+    "ours-offload-compile": Ours("draslice SFT loop + offload_activations, compile=default",
+                                 offload=True, compile="default"),
+    "ours-tiled-compile": Ours(
+        "draslice SFT loop + offload_activations + tile_mlp, compile=default", offload=True,
+        tile=True, compile="default"),
+}
 PEERS = {
-    "ours": "draslice SFT loop (default)",
-    "ours-offload": "draslice SFT loop + offload_activations",
-    "ours-tiled": "draslice SFT loop + offload_activations + tile_mlp",
-    "ours-offload-peft": "draslice SFT loop + offload_activations, peft's LoRA forward",
-    "ours-offload-compile": "draslice SFT loop + offload_activations, compile=default",
+    **{name: ours.title for name, ours in OURS.items()},
     "hf": "HF Trainer + peft",
     "hf-liger": "HF Trainer + peft + Liger",
     "trl": "TRL SFTTrainer + peft",
     "unsloth": "Unsloth",
 }
+
 CAPS = {"none": 0.0, "2g.12gb": 11.5, "1g.6gb": 5.75}
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LORA_R = LORA_ALPHA = 16
@@ -374,18 +399,18 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         torch.cuda.reset_accumulated_memory_stats()
-    if not peer.startswith("ours"):
+    if peer not in OURS:
         clock.count_embedded_tokens()  # ours: the loop's own step times and batch
     start = time.perf_counter()
     try:
-        if peer.startswith("ours"):
-            if peer == "ours-offload-peft":
+        if peer in OURS:
+            ours = OURS[peer]
+            if ours.peft_forward:
                 from draslice.trainer import lora_fused
 
                 lora_fused.fused = _peft_forward
-            train_ours(ctx, batch, checkpointing, clock, offload=peer != "ours",
-                        tile=peer == "ours-tiled",
-                        compile="default" if peer == "ours-offload-compile" else "auto")
+            train_ours(ctx, batch, checkpointing, clock, offload=ours.offload,
+                       tile=ours.tile, compile=ours.compile)
         elif peer in ("hf", "hf-liger"):
             _train_hf(ctx, batch, checkpointing, clock, liger=peer == "hf-liger")
         elif peer == "trl":

@@ -323,7 +323,7 @@ def test_peer_trainers_searches_a_capped_batch_one_process_an_attempt(tmp_path):
     CPU: nothing is capped there, so the first batch fits), with our levers switched on."""
     out = tmp_path / "peers.json"
     done = subprocess.run([sys.executable, str(BENCH / "peer_trainers.py"), "--smoke",
-                           "--peers", "ours-tiled,ours-offload-compile", "--caps", "none,1g.6gb",
+                           "--peers", "ours-tiled,ours-tiled-compile", "--caps", "none,1g.6gb",
                            "--fit-max", "4",
                            "--json-out", str(out)],
                           capture_output=True, text=True, timeout=900)
@@ -335,13 +335,15 @@ def test_peer_trainers_searches_a_capped_batch_one_process_an_attempt(tmp_path):
     assert capped["tries"] == [{"batch": 4, "oom": False, "error": None}]
     assert any(n.startswith("[slice] MLP run in tiles") for n in capped["notes"])
     assert done.stdout.count("ours-tiled 1g.6gb batch 4:") == 1
-    # the compiled peer: inductor under the cap, each checkpointed layer compiled, our levers
-    # on too
-    compiled = json.loads(out.read_text())["peers"]["ours-offload-compile"]["runs"]
+    # the compiled peer: inductor under the cap, each checkpointed layer compiled with its
+    # tiled MLP inside, our levers on too
+    compiled = json.loads(out.read_text())["peers"]["ours-tiled-compile"]["runs"]
     assert compiled["none"]["notes"] == ["speed: default"]
     assert compiled["1g.6gb"]["fits"]
-    assert "speed: default, each layer compiled" in compiled["1g.6gb"]["notes"]
-    assert any(n.startswith("[slice] offload_activations") for n in compiled["1g.6gb"]["notes"])
+    notes = compiled["1g.6gb"]["notes"]
+    assert "speed: default, each layer compiled" in notes
+    assert any(n.startswith("[slice] offload_activations") for n in notes)
+    assert any(n.startswith("[slice] MLP run in tiles") for n in notes)
 
 
 def test_profile_step_profiles_only_the_steps_after_the_skipped_ones(tmp_path):
