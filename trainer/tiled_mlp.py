@@ -20,13 +20,10 @@ without Liger's kernels inside, on a GPU or a CPU.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+import types
 
 import torch
 from torch.utils.checkpoint import checkpoint
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 MIN_TILE_TOKENS = 1024
 
@@ -37,25 +34,32 @@ def tile_count(tokens: int, hidden: int, intermediate: int) -> int:
     return max(1, min(math.ceil(intermediate / hidden), tokens // MIN_TILE_TOKENS))
 
 
-class TiledForward:
-    """Replaces an MLP module's ``forward``: the same function, applied tile by tile."""
+def tiled_forward(mlp: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """An MLP's ``forward`` once :func:`enable` tiled it: its own forward, tile by tile.
 
-    def __init__(self, forward: Callable[[torch.Tensor], torch.Tensor], intermediate: int
-                 ) -> None:
-        self.forward = forward
-        self.intermediate = intermediate
+    One function, bound to each MLP (not an object per layer): ``torch.compile`` guards on
+    the identity of what a layer calls, so an object per layer made each layer a graph of its
+    own, and torch's recompile limit of 8 would leave the rest of 28 layers eager
+    (``speed.compile_layers`` shares one graph across the layers).
+    """
+    forward = mlp.untiled_forward
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    tiles = tile_count(flat.shape[0], flat.shape[1], mlp.tile_intermediate)
+    if tiles == 1:
+        return forward(hidden)
+    if torch.is_grad_enabled():  # each tile recomputed in backward, one at a time
+        outs = [checkpoint(forward, part, use_reentrant=False) for part in flat.chunk(tiles)]
+    else:  # nothing kept for backward: tiling only bounds the forward's transient memory
+        outs = [forward(part) for part in flat.chunk(tiles)]
+    return torch.cat(outs).view(*hidden.shape[:-1], -1)
 
-    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
-        flat = hidden.reshape(-1, hidden.shape[-1])
-        tiles = tile_count(flat.shape[0], flat.shape[1], self.intermediate)
-        if tiles == 1:
-            return self.forward(hidden)
-        if torch.is_grad_enabled():  # each tile recomputed in backward, one at a time
-            outs = [checkpoint(self.forward, part, use_reentrant=False)
-                    for part in flat.chunk(tiles)]
-        else:  # nothing kept for backward: tiling only bounds the forward's transient memory
-            outs = [self.forward(part) for part in flat.chunk(tiles)]
-        return torch.cat(outs).view(*hidden.shape[:-1], -1)
+
+def is_tiled_forward(forward) -> bool:
+    return getattr(forward, "__func__", None) is tiled_forward
+
+
+def is_tiled(mlp: torch.nn.Module) -> bool:
+    return is_tiled_forward(mlp.forward)
 
 
 def intermediate_size(config) -> int:
@@ -75,6 +79,8 @@ def enable(model: torch.nn.Module) -> int:
     width = intermediate_size(model.config)
     mlps = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] == "mlp"]
     for mlp in mlps:
-        if not isinstance(mlp.forward, TiledForward):
-            mlp.forward = TiledForward(mlp.forward, width)
+        if not is_tiled(mlp):
+            mlp.untiled_forward = mlp.forward
+            mlp.tile_intermediate = width
+            mlp.forward = types.MethodType(tiled_forward, mlp)
     return len(mlps)

@@ -7,36 +7,43 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from draslice.trainer import offload, speed
+from draslice.trainer import offload, speed, tiled_mlp
 from tests.trainer.grads import checkpointed_qwen2, lm_grads
 
 LAYERS = 4
 
 
-def _model(offloaded: bool) -> torch.nn.Module:
+def _model(offloaded: bool, tiled: bool) -> torch.nn.Module:
     model = checkpointed_qwen2(LAYERS)
     if offloaded:  # on a CPU the hooks leave tensors in place, but they run
         offload.enable(model.base_model.model)
+    if tiled:
+        tiled_mlp.enable(model.base_model.model)
     return model
 
 
-@pytest.mark.parametrize("offloaded", [False, True], ids=["checkpointed", "offloaded"])
+@pytest.mark.parametrize(("offloaded", "tiled"), [(False, False), (True, False), (True, True)],
+                         ids=["checkpointed", "offloaded", "offloaded-tiled"])
 def test_each_layer_compiles_inside_its_checkpoint_in_two_graphs_with_eager_gradients(
-        monkeypatch, offloaded):
+        monkeypatch, offloaded, tiled):
     """Compiling the body broke its graph at each layer (offload's saved-tensor hooks, which
     dynamo does not trace; transformers 5.25's context variable inside dynamo's checkpoint) and
     ran the layers eager. Layer by layer: no break, two graphs for any number of layers (the
     first layer's input, the frozen embeddings' output, needs no gradient; the others' do),
-    offload's hooks still see each layer's input, and the gradients are the eager ones."""
+    offload's hooks still see each layer's input, and the gradients are the eager ones. A
+    tiled MLP's nested checkpoint is traced inside the layer's graph, not broken at."""
+    # 32 tokens a batch in tiles of 16 (intermediate / hidden = 2 tiles)
+    monkeypatch.setattr(tiled_mlp, "MIN_TILE_TOKENS", 16)
+    assert tiled_mlp.tile_count(32, 32, 64) == 2
     ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
-    plain = lm_grads(_model(offloaded), ids)
+    plain = lm_grads(_model(offloaded, tiled), ids)
 
     packed = []
     real_pack = offload._pack
     monkeypatch.setattr(offload, "_pack", lambda t: packed.append(t.shape) or real_pack(t))
     torch._dynamo.reset()
     counters.clear()
-    model = _model(offloaded)
+    model = _model(offloaded, tiled)
     lines: list[str] = []
     plan = speed.prepare(model, "default", False, lines.append)
     assert plan.layerwise and lines == ["speed: default, each layer compiled"]

@@ -35,8 +35,8 @@ def test_every_mlp_runs_in_tiles_and_the_gradients_stay():
     assert tiled_mlp.enable(model) == shape.n_layer
     rows: list[int] = []
     for block in model.transformer.h:
-        inner = block.mlp.forward.forward
-        block.mlp.forward.forward = lambda x, inner=inner: rows.append(x.shape[0]) or inner(x)
+        inner = block.mlp.untiled_forward
+        block.mlp.untiled_forward = lambda x, inner=inner: rows.append(x.shape[0]) or inner(x)
     tiled = lm_grads(model, ids)
     # 2,048 tokens: 2 tiles of 1,024 a layer, each run in the forward and recomputed in
     # backward (the layer's recomputation may stop before its last tile: checkpoint's early
@@ -52,4 +52,5 @@ def test_enabling_twice_wraps_once():
     model = build_base(ModelShape(vocab_size=64, n_layer=2, n_embd=32, n_head=2, seq_len=16), 0)
     tiled_mlp.enable(model)
     tiled_mlp.enable(model)
-    assert not isinstance(model.transformer.h[0].mlp.forward.forward, tiled_mlp.TiledForward)
+    mlp = model.transformer.h[0].mlp
+    assert tiled_mlp.is_tiled(mlp) and not tiled_mlp.is_tiled_forward(mlp.untiled_forward)
