@@ -7,3 +7,7 @@ Each module owns one decision: ``device`` (what the pod sees and how to emulate 
 ``artifacts``, ``data``/``examples``/``model`` (what is trained), ``validate`` (the verdict)
 and ``report`` (what the KFP UI shows). docs/layout.md maps every module.
 """
+
+from draslice.trainer import libraries
+
+libraries.settle()

@@ -1,0 +1,50 @@
+"""What the trainer asks of the libraries it imports: no network, and no noise a user cannot act on.
+
+Nothing is downloaded at run time (docs/finetune.md), yet importing peft imports bitsandbytes,
+and bitsandbytes 0.50 on a CPU with AVX512-BF16 (the Sapphire Rapids hosts of many GPU nodes)
+asks the Hugging Face Hub for an optional 4-bit CPU kernel at import, then logs a line when it
+cannot have it (offline, the kernels library logs that it skipped a check). On an offline GPU
+node that is a network attempt at every start, and on every node a line about a kernel
+draslice never uses (a QLoRA run on a GPU uses bitsandbytes' CUDA kernels; on a CPU its own
+fallback). So the trainer runs with ``HF_HUB_OFFLINE=1`` unless the environment sets it, and
+drops those lines. transformers 5 also warns, through peft, that ``is_gradient_checkpointing``
+is deprecated: peft's code, not the user's, so that one FutureWarning is dropped too.
+Everything else the libraries say is left as it is.
+
+Called from ``draslice/trainer/__init__.py``, so it runs before any trainer module imports
+peft or transformers; it imports neither (``draslice --help`` stays light).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+# The lines that lookup logs, by logger: bitsandbytes' when it has no kernel, and the kernels
+# library's, offline, when it skips the publisher check for bitsandbytes' kernel repository.
+DROPPED = {
+    "bitsandbytes.backends.cpu.ops": "Failed to load CPU gemm_4bit_forward",
+    "kernels._internals.hf_hub": "Skipping publisher trust check for "
+                                 "'kernels-community/quantization-bitsandbytes'",
+}
+
+
+class _DropLine(logging.Filter):
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefix)
+
+
+def settle() -> None:
+    """Offline Hub, and the library messages above dropped; idempotent."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    for name, prefix in DROPPED.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropLine) for f in logger.filters):
+            logger.addFilter(_DropLine(prefix))
+    warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated",
+                            category=FutureWarning)
