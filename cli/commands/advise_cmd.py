@@ -47,7 +47,9 @@ GPU_CHOICES = ["all", "A30-24GB", "A100-40GB", "A100-80GB", "H100-80GB", "H200-1
               help="List the levers for the next smaller profile without measuring them.")
 @click.option("--json", "as_json", is_flag=True, help="Print the advice as JSON.")
 @click.option("--verbose", "-v", is_flag=True,
-              help="Also say what each time estimate rests on and what it leaves out.")
+              help="List every profile (by default, with several GPU models, each model's "
+                   "profiles around the peak), and say what each time estimate rests on and "
+                   "what it leaves out.")
 def advise(gpu: str, snapshot_file: str | None, live: bool, kubeconfig: str | None,
            context: str | None, memory_headroom: float, measure_steps: int,
            peak_gib: float | None, no_knob_trials: bool, as_json: bool, verbose: bool,
@@ -133,6 +135,21 @@ def _time_lines(advice: Advice, profile: SliceProfile, verbose: bool) -> list[st
     return lines
 
 
+def boundary(ranked: list[tuple[SliceProfile, bool]], *always: SliceProfile | None
+             ) -> list[tuple[SliceProfile, bool]]:
+    """Where the peak falls on each GPU model: its largest profile that does not fit and its
+    smallest that does, and ``always`` (the chosen one: on a cluster the smallest fit may
+    have none free), in ``ranked``'s order. With one GPU model's few profiles, all of them."""
+    if len({profile.gpu for profile, _ in ranked}) <= 1:
+        return ranked
+    keep: dict[tuple[str, bool], SliceProfile] = {}
+    for profile, fits in ranked:  # smallest first: the last miss, the first fit
+        if not fits or (profile.gpu, True) not in keep:
+            keep[(profile.gpu, fits)] = profile
+    kept = {id(p) for p in (*keep.values(), *always) if p is not None}
+    return [(p, fits) for p, fits in ranked if id(p) in kept]
+
+
 def render(advice: Advice, verbose: bool = False) -> list[str]:
     """The advice as lines for a terminal."""
     from draslice.sizing.timing import Pace
@@ -145,8 +162,11 @@ def render(advice: Advice, verbose: bool = False) -> list[str]:
         lines.append("  note: on the CPU this is the process's peak resident memory (Python, "
                      "torch and the model), not GPU memory; measure on a GPU for a real fit")
     lines.append(f"rule: peak <= slice memory less {rec.headroom:.0%} headroom")
-    lines.append("profiles (smallest first):")
-    for profile, fits in rec.ranked:
+    shown = rec.ranked if verbose else boundary(rec.ranked, rec.chosen, rec.next_smaller)
+    lines.append("profiles (smallest first):" if len(shown) == len(rec.ranked) else
+                 "profiles (smallest first; for each GPU model the largest that does not fit "
+                 "and the smallest that does):")
+    for profile, fits in shown:
         mark = "fits" if fits else "    "
         note = " (estimated)" if profile.estimated else ""
         free = f", {profile.free} free" if profile.free is not None else ""
@@ -154,6 +174,9 @@ def render(advice: Advice, verbose: bool = False) -> list[str]:
         speed = f"  ~{found.tokens_per_s:,.0f} tokens/s" if isinstance(found, Pace) else ""
         lines.append(f"  {mark}  {profile.label:<22} {profile.memory_gib:7.2f} GiB{note}{free}"
                      f"{speed}")
+    if len(shown) < len(rec.ranked):
+        lines.append(f"  ({len(rec.ranked) - len(shown)} more: --verbose lists every profile, "
+                     "--gpu MODEL one GPU model's)")
     if rec.chosen:
         c = rec.chosen
         lines.append(f"recommended: {c.label} ({c.memory_gib:.2f} GiB"

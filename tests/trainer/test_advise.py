@@ -128,3 +128,38 @@ def test_advise_chooses_from_the_slices_a_cluster_dump_publishes(tmp_path):
     empty = write_snapshot(tmp_path / "empty.yaml", [])
     result = CliRunner().invoke(main, ["advise", "--peak-gib", "4", "--snapshot", str(empty)])
     assert result.exit_code == 2 and "no GPU or MIG device of gpu.nvidia.com" in result.output
+
+
+def test_advise_over_every_gpu_model_lists_each_models_boundary_unless_verbose():
+    """Short by default: with every GPU model's table (33 profiles) it lists, for each model,
+    the largest profile the peak does not fit and the smallest it fits; --verbose all."""
+    result = CliRunner().invoke(main, ["advise", "--peak-gib", "7.9"])
+    assert result.exit_code == 0, result.output
+    rows = re.findall(r"^  (fits|    )  (\S+ \S+)\s", result.output, re.M)
+    assert rows == [("    ", "A100-40GB 1g.5gb"), ("    ", "A30-24GB 1g.6gb"),
+                    ("fits", "A100-80GB 1g.10gb"), ("fits", "A100-40GB 1g.10gb"),
+                    ("fits", "H100-80GB 1g.10gb"), ("fits", "A30-24GB 2g.12gb"),
+                    ("fits", "H200-141GB 1g.18gb"), ("fits", "B200-180GB 1g.23gb")]
+    every = sum(len(profiles) for profiles in TABLE.values())
+    assert f"({every - len(rows)} more: --verbose lists every profile" in result.output
+    assert "recommended: A100-80GB 1g.10gb (9.50 GiB)" in result.output
+    verbose = CliRunner().invoke(main, ["advise", "--peak-gib", "7.9", "--verbose"])
+    assert len(re.findall(r"^  (fits|    )  \S+ \S+\s", verbose.output, re.M)) == every
+    assert "more: --verbose" not in verbose.output
+
+
+def test_advise_shows_the_chosen_profile_when_a_smaller_fit_has_none_free(tmp_path):
+    from tests.cluster.conftest import claim, mig, rslice, write_snapshot
+
+    dump = write_snapshot(tmp_path / "dump.yaml", [
+        rslice("a100-node", [mig("gpu-0-mig-1g10gb-0", "1g.10gb", "9728Mi"),
+                             mig("gpu-0-mig-2g20gb-1", "2g.20gb", "19968Mi")]),
+        rslice("h100-node", [mig("gpu-0-mig-3g40gb-0", "3g.40gb", "40448Mi",
+                                 product="NVIDIA H100 80GB HBM3")]),
+        claim("busy", {"pool": "a100-node", "device": "gpu-0-mig-1g10gb-0"}),
+    ])
+    result = CliRunner().invoke(main, ["advise", "--peak-gib", "4", "--snapshot", str(dump)])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"fits  NVIDIA A100 80GB PCIe 1g\.10gb\s+9\.50 GiB, 0 free", result.output)
+    assert re.search(r"fits  NVIDIA A100 80GB PCIe 2g\.20gb\s+19\.50 GiB, 1 free", result.output)
+    assert "recommended: NVIDIA A100 80GB PCIe 2g.20gb (19.50 GiB)" in result.output
