@@ -197,8 +197,8 @@ class SFTConfig:
     alphabet: int = knob(64, "Distinct tokens of the synthetic data (at most vocab_size).",
                          ge=2)
     # Where it runs.
-    device: str = knob("auto", "auto, cpu, cuda or cuda:N.")
-    precision: str = knob("auto", "auto (bf16 where supported, else fp32), bf16 or fp32.",
+    device: str = knob("auto", "Where to run; auto: the first CUDA device, else the CPU.")
+    precision: str = knob("auto", "Training precision; auto: bf16 where supported, else fp32.",
                           choices=PRECISIONS)
     slice_memory_gib: float = knob(0.0, "Emulate a slice of N GiB on a bigger GPU by capping "
                                         "CUDA memory (0: no cap).", ge=0)

@@ -16,11 +16,10 @@ from draslice.trainer.config import FINETUNE_KNOBS, SFTConfig, check_params
 
 
 @click.command("smoke", cls=JsonErrorCommand)
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("--matmul-size", type=int, default=0, show_default=True,
+@knob_options(["device"])
+@click.option("--matmul-size", type=click.IntRange(min=0), default=0, show_default=True,
               help="Square matmul size; 0 picks 8192 on a GPU, 1024 on the CPU.")
-@click.option("--slice-memory-gib", type=float, default=0.0, show_default=True,
-              help="Emulate a slice of N GiB on a bigger GPU (0: no cap).")
+@knob_options(["slice_memory_gib"])
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON too.")
 def smoke(device: str, matmul_size: int, slice_memory_gib: float, as_json: bool) -> None:
     """Print what the pod sees and run a checked, timed matmul on it.
