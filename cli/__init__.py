@@ -90,3 +90,6 @@ def main() -> None:
     Start with `draslice run` (the whole pipeline on this machine, no cluster), then
     `draslice compile` for the YAML you upload to the KFP UI.
     """
+    from draslice.trainer import libraries
+
+    libraries.offline()  # nothing is downloaded at run time, as in the trainer image

@@ -3,16 +3,18 @@
 Nothing is downloaded at run time (docs/finetune.md), yet importing peft imports bitsandbytes,
 and bitsandbytes 0.50 on a CPU with AVX512-BF16 (the Sapphire Rapids hosts of many GPU nodes)
 asks the Hugging Face Hub for an optional 4-bit CPU kernel at import, then logs a line when it
-cannot have it (offline, the kernels library logs that it skipped a check). On an offline GPU
-node that is a network attempt at every start, and on every node a line about a kernel
-draslice never uses (a QLoRA run on a GPU uses bitsandbytes' CUDA kernels; on a CPU its own
-fallback). So the trainer runs with ``HF_HUB_OFFLINE=1`` unless the environment sets it, and
-drops those lines. transformers 5 also warns, through peft, that ``is_gradient_checkpointing``
-is deprecated: peft's code, not the user's, so that one FutureWarning is dropped too.
-Everything else the libraries say is left as it is.
+cannot have it (offline, the kernels library logs that it skipped a check): a line about a
+kernel draslice never uses (a QLoRA run on a GPU uses bitsandbytes' CUDA kernels; on a CPU its
+own fallback). transformers 5 also warns, through peft, that ``is_gradient_checkpointing`` is
+deprecated: peft's code, not the user's. :func:`settle` drops exactly those lines; it runs
+from ``draslice/trainer/__init__.py``, before any trainer module imports peft, and changes
+nothing else, so a notebook that imports the trainer keeps its own settings.
 
-Called from ``draslice/trainer/__init__.py``, so it runs before any trainer module imports
-peft or transformers; it imports neither (``draslice --help`` stays light).
+:func:`offline` is for processes draslice owns: the ``draslice`` command sets
+``HF_HUB_OFFLINE=1`` (and the transformers and datasets equivalents) unless the environment sets
+them, as the trainer image does, so the lookup above is not a network attempt at every start
+and a run on a laptop behaves as in the cluster. Neither function imports a library
+(``draslice --help`` stays light).
 """
 
 from __future__ import annotations
@@ -39,9 +41,18 @@ class _DropLine(logging.Filter):
         return not str(record.msg).startswith(self.prefix)
 
 
+# What the trainer image sets (trainer/Dockerfile), for a process draslice owns.
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def offline() -> None:
+    """The Hugging Face libraries offline, unless the environment says otherwise."""
+    for name, value in OFFLINE.items():
+        os.environ.setdefault(name, value)
+
+
 def settle() -> None:
-    """Offline Hub, and the library messages above dropped; idempotent."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    """The library lines above dropped; idempotent."""
     for name, prefix in DROPPED.items():
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropLine) for f in logger.filters):

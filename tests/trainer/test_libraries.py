@@ -1,4 +1,4 @@
-"""trainer/libraries.py: the trainer keeps the Hub offline and drops two library lines."""
+"""trainer/libraries.py: the draslice command runs offline; the trainer drops library lines."""
 
 from __future__ import annotations
 
@@ -8,27 +8,38 @@ import subprocess
 import sys
 
 import pytest
+from click.testing import CliRunner
 
+from draslice.cli import main
 from draslice.trainer import libraries
 
-PROBE = ("import draslice.trainer, peft, huggingface_hub.constants as c, os; "
-         "print(os.environ['HF_HUB_OFFLINE'], c.HF_HUB_OFFLINE)")
+PROBE = ("import draslice.trainer, peft, os; "
+         "print(os.environ.get('HF_HUB_OFFLINE', 'unset'))")
 
 
-@pytest.mark.parametrize(("given", "expected"), [(None, "1 True"), ("0", "0 False")],
-                         ids=["unset", "the user's own"])
-def test_the_hub_is_offline_unless_the_environment_says(given, expected):
-    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
-    if given is not None:
-        env["HF_HUB_OFFLINE"] = given
+def test_importing_the_trainer_drops_the_lines_and_leaves_the_environment():
+    """A notebook that imports the trainer keeps its own Hub settings; the bitsandbytes lines
+    (logged only on CPUs with AVX512-BF16) are gone whatever this CPU is."""
+    env = {k: v for k, v in os.environ.items() if k not in libraries.OFFLINE}
     done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split("\n")[-2] == expected
-    # whatever this CPU is, importing peft through the trainer says nothing of bitsandbytes'
-    # CPU kernel (logged only on CPUs with AVX512-BF16)
+    assert done.stdout.split("\n")[-2] == "unset"
     assert "gemm_4bit_forward" not in done.stderr
     assert "publisher trust" not in done.stderr
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("0", "0")],
+                         ids=["unset", "the user's own"])
+def test_the_command_runs_offline_unless_the_environment_says(monkeypatch, given, expected):
+    for name in libraries.OFFLINE:
+        monkeypatch.delenv(name, raising=False)
+    if given is not None:
+        monkeypatch.setenv("HF_HUB_OFFLINE", given)
+    result = CliRunner().invoke(main, ["smoke", "--device", "cpu", "--matmul-size", "64"])
+    assert result.exit_code == 0, result.output
+    assert os.environ["HF_HUB_OFFLINE"] == expected
+    assert os.environ["TRANSFORMERS_OFFLINE"] == os.environ["HF_DATASETS_OFFLINE"] == "1"
 
 
 def test_only_the_named_lines_are_dropped(caplog):
