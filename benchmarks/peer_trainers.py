@@ -15,6 +15,8 @@ Peers, each in a fresh process per (peer, cap group):
 
 - ``ours``: ``draslice.trainer.sft.train`` with its defaults (``compile="auto"``), under a cap
   with gradient checkpointing and the cap given as ``slice_memory_gib`` (as a user runs it);
+- ``ours-eager``: ``ours`` with ``compile="off"`` (what the default's CUDA graph is worth, in
+  one call);
 - ``ours-offload``: the same with ``offload_activations`` under a cap (the checkpointed layer
   inputs in host memory, as Unsloth's offloaded checkpointing does); uncapped it is ``ours``;
 - ``ours-tiled``: ``ours-offload`` with ``tile_mlp`` too (each layer's MLP on tiles of the
@@ -87,6 +89,7 @@ class Ours:
 
 OURS = {
     "ours": Ours("draslice SFT loop (default)"),
+    "ours-eager": Ours("draslice SFT loop, eager (compile=off)", compile="off"),
     "ours-offload": Ours("draslice SFT loop + offload_activations", offload=True),
     "ours-tiled": Ours("draslice SFT loop + offload_activations + tile_mlp", offload=True,
                        tile=True),
