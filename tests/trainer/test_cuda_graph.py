@@ -41,6 +41,7 @@ class _Capture:
                           stacklevel=1)
             raise RuntimeError("CUDA error: operation failed due to a previous error during "
                                "capture")
+        module.forward = module.forward  # an instance forward, as the real one sets
         return module
 
 
@@ -72,6 +73,17 @@ def body(monkeypatch):
     model.train()
     lines: list[str] = []
     cuda_graph.GraphedBody.install(model, lines.append)
+    # A pass's time: the real one runs the pass; its seconds come from ``pass_seconds`` (eager
+    # first, then replayed), so whether the graph is kept does not depend on this CPU's clock.
+    timed = cuda_graph.GraphedBody._timed_pass
+    pass_seconds = {"eager": 2.0, "graphed": 1.0}
+
+    def seconds(self, sample):
+        timed(self, sample)
+        return pass_seconds["graphed" if "forward" in vars(self.hidden) else "eager"]
+
+    monkeypatch.setattr(cuda_graph.GraphedBody, "_timed_pass", seconds)
+    model.pass_seconds = pass_seconds
     forwards: list[int] = []
     model.h[0].register_forward_hook(lambda *_: forwards.append(1))
     return model, lines, forwards
@@ -125,3 +137,28 @@ def test_graph_capture_is_warmed_up_apart_and_falls_back_twice(body, monkeypatch
         assert lines[-1].endswith("running eager")
         model(input_ids=ids)  # eager from here on, no capture tried again
         assert len(capture.calls) == 2
+
+
+def test_a_graph_slower_than_eager_is_dropped(body, monkeypatch):
+    """The graph is kept only if its replays beat the eager warm-up's fastest pass: on
+    Qwen2.5-1.5B at 8 x 2048 the replayed body was slower than eager (run J); then the run
+    goes on eagerly, saying both times, and the graphed forward (and with it the graph) is
+    gone."""
+    import torch
+
+    model, lines, _forwards = body
+    model.pass_seconds.update(eager=0.040, graphed=0.046)
+    capture = _Capture(0)
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", capture)
+    ids = torch.randint(0, 64, (2, 8))
+    out = model(input_ids=ids)
+    graphed = model.forward
+    assert len(capture.calls) == 1 and graphed.failed and graphed.shape is None
+    assert "forward" not in vars(graphed.hidden)
+    assert lines == ["speed: CUDA graph not faster here (46.0 ms a forward and backward "
+                     "replayed, 40.0 ms eager); running eager"]
+    assert out.last_hidden_state.shape == (2, 8, 32)
+    replays: list[int] = []
+    graphed.hidden.register_forward_hook(lambda *_: replays.append(1))
+    model(input_ids=ids, use_cache=False)  # the loss's call: eager, no second capture
+    assert not replays and len(capture.calls) == 1
