@@ -147,7 +147,12 @@ class GraphedBody:
         depends on the model, the batch and the device, so it is measured here, on the
         shape the run trains, for the cost of a few passes.
         """
-        graphed = min(self._timed_pass(sample) for _ in range(TIMED_REPLAYS))
+        try:
+            graphed = min(self._timed_pass(sample) for _ in range(TIMED_REPLAYS))
+        except Exception as err:  # noqa: BLE001 -- a graph that cannot replay is not kept
+            graphed, why = float("inf"), f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+        else:
+            why = ""
         if graphed < self.eager_pass_s:
             self.shape = sample.shape
             return
@@ -156,8 +161,12 @@ class GraphedBody:
         gc.collect()
         torch.cuda.empty_cache()
         self.failed = True
-        self.log(f"speed: CUDA graph not faster here ({graphed * 1e3:.1f} ms a forward and "
-                 f"backward replayed, {self.eager_pass_s * 1e3:.1f} ms eager); running eager")
+        if why:
+            self.log(f"speed: CUDA graph captured but its replay failed ({why}); running eager")
+        else:
+            self.log(f"speed: CUDA graph not faster here ({graphed * 1e3:.1f} ms a forward and "
+                     f"backward replayed, {self.eager_pass_s * 1e3:.1f} ms eager); "
+                     "running eager")
 
     @staticmethod
     def _try(capture: Callable[[], object]) -> str | None:

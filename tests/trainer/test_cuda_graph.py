@@ -162,3 +162,27 @@ def test_a_graph_slower_than_eager_is_dropped(body, monkeypatch):
     graphed.hidden.register_forward_hook(lambda *_: replays.append(1))
     model(input_ids=ids, use_cache=False)  # the loss's call: eager, no second capture
     assert not replays and len(capture.calls) == 1
+
+
+def test_a_graph_whose_replay_fails_is_dropped(body, monkeypatch):
+    """A replay that raises while it is timed leaves the run eager with one line, not a
+    crashed run."""
+    import torch
+
+    from draslice.trainer import cuda_graph
+
+    model, lines, _forwards = body
+    capture = _Capture(0)
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", capture)
+    timed = cuda_graph.GraphedBody._timed_pass
+
+    def replay_fails(self, sample):
+        if "forward" in vars(self.hidden):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return timed(self, sample)
+
+    monkeypatch.setattr(cuda_graph.GraphedBody, "_timed_pass", replay_fails)
+    out = model(input_ids=torch.randint(0, 64, (2, 8)))
+    assert out.last_hidden_state.shape == (2, 8, 32) and model.forward.failed
+    assert lines == ["speed: CUDA graph captured but its replay failed (RuntimeError: CUDA "
+                     "error: an illegal memory access was encountered); running eager"]
