@@ -66,6 +66,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+# Unsloth patches transformers, peft and trl as it is imported, and when they were imported
+# first it warns that it "may run slower" without its optimizations. compare_trainers (below)
+# imports transformers, so Unsloth's child process imports it before anything else. Before run
+# J's last call it came after them, in every run of Unsloth (docs/benchmarks.md, run J).
+if sys.argv[1:3] == ["--child-peer", "unsloth"]:
+    import unsloth  # noqa: F401
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The repository root too: the random-init model builder is a test helper (tests/scratch.py).
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
@@ -374,7 +381,7 @@ def _train_unsloth(ctx: dict, batch: int, checkpointing: bool, clock: Clock) -> 
     from datasets import Dataset
     from trl import SFTConfig as TrlConfig
     from trl import SFTTrainer
-    from unsloth import FastLanguageModel  # imported first in this process (child_main)
+    from unsloth import FastLanguageModel  # imported first in this process (top of file)
 
     shape = ctx["shape"]
     model, tokenizer = FastLanguageModel.from_pretrained(
@@ -454,9 +461,7 @@ def _peft_forward(model) -> Iterator[int]:  # noqa: ARG001 -- lora_fused.fused's
 def child_main(args: argparse.Namespace) -> None:
     """One attempt of one peer, in this fresh process: ``--batch`` rows under the one cap of
     ``--caps`` (with the peer's memory levers when capped)."""
-    if args.peer == "unsloth":
-        import unsloth  # noqa: F401 -- before transformers/peft/trl, as Unsloth requires
-    import torch
+    import torch  # Unsloth's child imported unsloth first, at the top of this file
 
     from draslice.trainer import device as dev
 

@@ -386,3 +386,25 @@ def test_trim_wheels_drops_the_unused_files_and_their_record_lines(tmp_path):
     assert kept == {"bitsandbytes/__init__.py", "bitsandbytes/libbitsandbytes_cuda130.so",
                     "unsloth/__init__.py", record}
     assert [line.split(",")[0] for line in lines] == sorted(kept - {record}) + [record]
+
+
+def test_unsloths_child_imports_unsloth_before_transformers_and_peft(tmp_path):
+    """Unsloth patches transformers and peft at import and runs slower when they came first;
+    its child process imports it before anything else (a stand-in ``unsloth`` records what
+    was imported before it, then ends the process)."""
+    fake = tmp_path / "site" / "unsloth"
+    fake.mkdir(parents=True)
+    seen = tmp_path / "seen.json"
+    fake.joinpath("__init__.py").write_text(textwrap.dedent(f"""
+        import json, sys
+        with open({str(seen)!r}, "w") as out:
+            json.dump(sorted(m for m in ("transformers", "peft", "trl", "torch")
+                             if m in sys.modules), out)
+        raise SystemExit(0)
+    """))
+    env = {**os.environ, "PYTHONPATH": str(fake.parent)}
+    done = subprocess.run([sys.executable, str(BENCH / "peer_trainers.py"), "--child-peer",
+                           "unsloth", "--smoke"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(seen.read_text()) == []
