@@ -68,8 +68,8 @@ from pathlib import Path
 
 # Unsloth patches transformers, peft and trl as it is imported, and when they were imported
 # first it warns that it "may run slower" without its optimizations. compare_trainers (below)
-# imports transformers, so Unsloth's child process imports it before anything else. Before run
-# J's last call it came after them, in every run of Unsloth (docs/benchmarks.md, run J).
+# imports transformers, so Unsloth's child process imports it before anything else. Until
+# after run J it came after them, in every run of Unsloth (docs/benchmarks.md, run J).
 if sys.argv[1:3] == ["--child-peer", "unsloth"]:
     import unsloth  # noqa: F401
 

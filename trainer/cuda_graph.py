@@ -150,7 +150,7 @@ class GraphedBody:
         try:
             graphed = min(self._timed_pass(sample) for _ in range(TIMED_REPLAYS))
         except Exception as err:  # noqa: BLE001 -- a graph that cannot replay is not kept
-            graphed, why = float("inf"), f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+            graphed, why = float("inf"), _said(err)
         else:
             why = ""
         if graphed < self.eager_pass_s:
@@ -177,7 +177,7 @@ class GraphedBody:
             try:
                 capture()
             except Exception as err:  # noqa: BLE001 -- any capture failure leaves the eager path
-                why = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+                why = _said(err)
             else:
                 return None
         # The failed capture's graph and pool, before another capture or the eager steps.
@@ -186,6 +186,11 @@ class GraphedBody:
         said = dict.fromkeys(str(w.message).splitlines()[0][:200] for w in raised
                              if not issubclass(w.category, DeprecationWarning | FutureWarning))
         return why + "".join(f"; warning: {text}" for text in list(said)[:2])
+
+
+def _said(err: Exception) -> str:
+    """An error in one short line: its type and its message's first line."""
+    return f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
 
 
 @contextmanager
