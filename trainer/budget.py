@@ -56,7 +56,8 @@ def knobs_to_try(cfg) -> list[Lever]:
         knobs.append(Lever("activations are recomputed in backward instead of kept; ~30% slower",
                            {"gradient_checkpointing": True}))
     if not getattr(cfg, "offload_activations", False):
-        knobs.append(Lever("the checkpointed layer inputs wait in host memory; GPU only",
+        knobs.append(Lever("the checkpointed layer inputs wait in host memory; GPU only; "
+                           "slower than checkpointing alone at the same batch",
                            {"gradient_checkpointing": True, "offload_activations": True}))
     if not getattr(cfg, "tile_mlp", False):
         knobs.append(Lever("each layer's MLP runs a tile of tokens at a time; one more MLP "
