@@ -104,11 +104,13 @@ class GraphedBody:
         created on the warm-up stream, so the capture reuses nodes of another stream, which
         torch (2.10+) then has to synchronise with. On Qwen2.5-1.5B the capture failed right
         after torch's warning that "the AccumulateGrad node's stream does not match", which
-        points here (docs/benchmarks.md, run H; not yet confirmed on a GPU, hence the second
-        try). Warmed up here, nothing of it is alive at the capture, and the nodes are made
-        anew on the capture's stream (a newer torch also redirects such nodes itself,
-        :func:`stale_streams_redirected`). The warm-up itself is what the capture
-        needs: cuDNN plans, Triton autotuning and lazy CUDA set-up happen outside it.
+        points here (docs/benchmarks.md, run H). Warmed up here, nothing of it is alive at the
+        capture, and the nodes are made anew on the capture's stream (a newer torch also
+        redirects such nodes itself, :func:`stale_streams_redirected`). Since then the first
+        try captures Qwen2.5-1.5B (runs J and K); the second try stays for shapes not measured.
+        torch still prints that warning once there, and the capture and replays work. The
+        warm-up itself is what the capture needs: cuDNN plans, Triton autotuning and lazy CUDA
+        set-up happen outside it.
 
         The blocks the warm-up freed stay cached for its side stream, where neither the
         capture's private pool nor the eager steps can use them, so they go back to the device
