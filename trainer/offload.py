@@ -7,16 +7,16 @@ checkpointing moves them to the host; this does the same with PyTorch's own piec
 ``torch.utils.checkpoint`` (non-reentrant) saves a layer's inputs through the autograd
 saved-tensor hooks, so hooks around the call see exactly those tensors and nothing inside the
 layer (the checkpoint's own hooks take over there). The pack hook copies a CUDA tensor into
-pinned host memory without waiting; the unpack hook copies it back when backward recomputes
+pinned host memory without waiting; the unpack hook hands it back when backward recomputes
 the layer.
 
 The copy out runs on a side stream, after the compute that made the tensor, so the next
 layer's forward does not wait for it (a copy on the compute stream stalled it: 28 layers x
 100 MB over PCIe at 16 x 2,048 tokens is a tenth of a second a step). ``record_stream`` keeps
 the caching allocator from reusing the tensor's device block before that copy is done. The
-copy back runs on the compute stream after waiting for the side stream, where backward is
-about to use it; the pinned host block is reused only after the copies that use it (the host
-allocator records them).
+copy back of the input backward needs next starts one layer early, on the side stream too
+(:class:`_Layer`), so it also runs beside the compute; the pinned host block is reused
+only after the copies that use it (the host allocator records them).
 
 transformers 5.2x offers the same as ``activation_checkpointing_enable(offload=True)``, through
 torch's ``save_on_cpu``: every saved tensor, its copies on the compute stream (its docstring says
@@ -26,6 +26,7 @@ layer shares stay put; the GPU host's transformers (5.17) may not have it either
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 import torch
@@ -50,8 +51,77 @@ def _copy_stream(device: torch.device) -> torch.cuda.Stream:
     return _COPY_STREAMS[device]
 
 
+class _Layer:
+    """What one checkpointed layer's call put in host memory, and the layer called before it.
+
+    Backward recomputes the layers in the reverse of the order forward called them, so when
+    one of a layer's inputs is handed back, the next layer backward will recompute is
+    ``before``: its inputs' copies back start then, on the side stream, while this layer is
+    recomputed and differentiated (a copy on the compute stream waits for PCIe every layer).
+    At most one layer is fetched ahead, so the device holds one layer's inputs more than
+    without prefetching, never more. Only weak references point back, to the layer before
+    and to the inputs: a step's chain lives as long as autograd keeps the inputs.
+    """
+
+    __slots__ = ("__weakref__", "before", "saved")
+
+    def __init__(self, before: _Layer | None) -> None:
+        self.before = weakref.ref(before) if before is not None else None
+        self.saved: list[weakref.ref[_Offloaded]] = []
+
+    def prefetch_before(self) -> None:
+        before = self.before() if self.before is not None else None
+        self.before = None  # once: the layer's first input to come back starts it
+        for ref in before.saved if before is not None else ():
+            if (saved := ref()) is not None:
+                saved.prefetch()
+
+
+class _Offloaded:
+    """One saved tensor in pinned host memory; once prefetched, its copy on the device."""
+
+    __slots__ = ("__weakref__", "device", "fetched", "host", "layer", "ready", "used")
+
+    def __init__(self, device: torch.device, host: torch.Tensor, layer: _Layer) -> None:
+        self.device, self.host, self.layer = device, host, layer
+        self.fetched: torch.Tensor | None = None
+        self.ready: torch.cuda.Event | None = None
+        self.used = False
+        layer.saved.append(weakref.ref(self))
+
+    def prefetch(self) -> None:
+        """Start the copy back on the side stream, behind this tensor's copy out."""
+        if self.used or self.fetched is not None:
+            return
+        side = _copy_stream(self.device)
+        with torch.cuda.stream(side):
+            self.fetched = self.host.to(self.device, non_blocking=True)
+            self.ready = torch.cuda.Event()
+            self.ready.record(side)
+
+    def take(self) -> torch.Tensor:
+        """The tensor on the device, ready for the compute stream."""
+        compute = torch.cuda.current_stream(self.device)
+        if self.fetched is not None:
+            compute.wait_event(self.ready)
+            tensor, self.fetched, self.ready = self.fetched, None, None
+            tensor.record_stream(compute)  # allocated on the side stream, used here
+        else:
+            compute.wait_stream(_copy_stream(self.device))
+            tensor = self.host.to(self.device, non_blocking=True)
+        self.used = True
+        self.layer.prefetch_before()
+        return tensor
+
+
+_calling: _Layer | None = None
+"""The layer whose checkpointed call is running (its saved inputs join it)."""
+_last: weakref.ref[_Layer] | None = None
+"""The layer called most recently: the next one points back to it."""
+
+
 def _pack(tensor: torch.Tensor):
-    if tensor.device.type != "cuda" or tensor.numel() < MIN_NUMEL:
+    if tensor.device.type != "cuda" or tensor.numel() < MIN_NUMEL or _calling is None:
         return tensor
     host = torch.empty_like(tensor, device="cpu", pin_memory=True)
     side = _copy_stream(tensor.device)
@@ -59,21 +129,25 @@ def _pack(tensor: torch.Tensor):
     with torch.cuda.stream(side):
         host.copy_(tensor, non_blocking=True)
     tensor.record_stream(side)
-    return tensor.device, host
+    return _Offloaded(tensor.device, host, _calling)
 
 
 def _unpack(packed) -> torch.Tensor:
     if isinstance(packed, torch.Tensor):
         return packed
-    device, host = packed
-    torch.cuda.current_stream(device).wait_stream(_copy_stream(device))
-    return host.to(device, non_blocking=True)
+    return packed.take()
 
 
 def offloaded_checkpoint(function: Callable, *args, **kwargs):
     """``torch.utils.checkpoint.checkpoint`` (non-reentrant) with the saved inputs on the host."""
-    with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
-        return checkpoint(function, *args, use_reentrant=False, **kwargs)
+    global _calling, _last
+    layer = _Layer(_last() if _last is not None else None)
+    _calling, _last = layer, weakref.ref(layer)
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
+            return checkpoint(function, *args, use_reentrant=False, **kwargs)
+    finally:
+        _calling = None
 
 
 def enable(model: torch.nn.Module) -> int:

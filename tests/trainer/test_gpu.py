@@ -7,7 +7,7 @@ import torch
 
 from draslice.errors import SliceOutOfMemory
 from draslice.trainer import device as dev
-from draslice.trainer import loglines
+from draslice.trainer import loglines, offload
 from draslice.trainer.config import ModelShape, SFTConfig
 from draslice.trainer.sft import train
 from tests.conftest import requires_cuda
@@ -125,18 +125,26 @@ def test_the_default_captures_a_packed_qwen2_body_with_liger_kernels(tmp_path, r
 
 
 @pytest.mark.parametrize("mode", ["off", "default"])
-def test_offloaded_activations_train_the_same_in_less_device_memory(tmp_path, mode):
+def test_offloaded_activations_train_the_same_in_less_device_memory(tmp_path, monkeypatch,
+                                                                   mode):
     """offload_activations: the checkpointed layer inputs (32 x 512 x 256 values each, above
     offload.MIN_NUMEL) go to host memory and come back for backward: the same losses, and the
     peak lower by about those inputs; compiled, each layer inside its offloaded checkpoint
-    (a compiled body would run the layers eager, speed.compile_layers says why)."""
+    (a compiled body would run the layers eager, speed.compile_layers says why). Every layer's
+    input but the last layer's was already on its way back when backward asked for it."""
     base = {"steps": 6, "batch_size": 32, "gradient_checkpointing": True, "compile": mode,
             "shape": ModelShape(n_layer=8, n_embd=256, seq_len=512)}
     kept = train(SFTConfig(**base), tmp_path / "k", tmp_path / "k.jsonl", log=lambda _l: None)
+    prefetched: list[bool] = []
+    real_take = offload._Offloaded.take
+    monkeypatch.setattr(offload._Offloaded, "take",
+                        lambda self: prefetched.append(self.fetched is not None)
+                        or real_take(self))
     lines: list[str] = []
     moved = train(SFTConfig(**base, offload_activations=True), tmp_path / "o",
                   tmp_path / "o.jsonl", log=lines.append)
     assert loglines.offloaded(8) in lines
+    assert len(prefetched) >= 6 * 8 and prefetched.count(False) == len(prefetched) // 8
     if mode == "default":
         assert "speed: default, each layer compiled" in lines
     assert moved.initial_loss == pytest.approx(kept.initial_loss, rel=1e-3)
