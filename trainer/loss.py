@@ -18,6 +18,8 @@ pageable memory waits too (on an H200 dropping the pinning took GPT-2-124M from 
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -111,18 +113,10 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden)
         with torch.autocast(device_type, enabled=False):
             for start in range(0, hidden.shape[0], chunk):
-                h = hidden[start:start + chunk].to(dtype)
-                t = targets[start:start + chunk]
-                logits = F.linear(h, w, b).float()
-                if w.shape[0] != vocab:
-                    logits[:, vocab:] = float("-inf")
-                lse = torch.logsumexp(logits, dim=-1)
-                total += (lse - logits.gather(1, t[:, None]).squeeze(1)).sum()
-                # d(sum CE)/d(logits) = softmax - one_hot, in place on the chunk; the padded
-                # columns are exp(-inf) = 0 and contribute nothing.
-                probs = logits.sub_(lse[:, None]).exp_()
-                probs[torch.arange(t.shape[0], device=t.device), t] -= 1.0
-                grad_hidden[start:start + chunk] = probs.to(dtype) @ w
+                logits = F.linear(hidden[start:start + chunk].to(dtype), w, b)
+                loss, grad = chunk_loss_and_grad(logits, targets[start:start + chunk], vocab)
+                total += loss
+                grad_hidden[start:start + chunk] = grad @ w
         ctx.save_for_backward(grad_hidden)
         return total
 
@@ -133,6 +127,49 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
 
 
 VOCAB_ALIGN = 64
+
+
+def _loss_and_grad(logits: torch.Tensor, targets: torch.Tensor, vocab: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A chunk's summed cross-entropy (fp32) and its gradient with respect to the logits:
+    softmax minus one-hot, computed in fp32 and rounded once to the logits' dtype. In place
+    on one fp32 copy of the chunk, so that the eager form holds no more than that copy."""
+    x = logits.float()
+    if x.shape[1] != vocab:
+        x[:, vocab:] = float("-inf")  # the head's padding rows: probability 0
+    lse = torch.logsumexp(x, dim=-1, keepdim=True)
+    loss = (lse - x.gather(1, targets[:, None])).sum()
+    probs = x.sub_(lse).exp_()
+    probs[torch.arange(targets.shape[0], device=targets.device), targets] -= 1.0
+    return loss, probs.to(logits.dtype)
+
+
+_fused: Callable | None = None
+FUSE_ON_CUDA = True
+"""Whether a CUDA chunk's softmax and gradient go through inductor (benchmarks/loss_chunk.py
+measures both ways)."""
+
+
+def chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor, vocab: int
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_loss_and_grad`, on CUDA compiled by inductor into one row reduction and one
+    elementwise pass over the chunk's logits; eager it reads and writes a chunk of fp32
+    logits (a quarter GiB) about six times, which at a 152k vocabulary is a few percent of a
+    step. Sizes are dynamic: the number of labelled tokens, and so the last chunk, changes
+    from batch to batch. Where compiling fails (Triton needs a C compiler at run time, which
+    a slim image may lack) the first call says so on stderr and every chunk runs eager."""
+    global _fused, FUSE_ON_CUDA
+    if not (FUSE_ON_CUDA and logits.is_cuda):
+        return _loss_and_grad(logits, targets, vocab)
+    if _fused is None:
+        _fused = torch.compile(_loss_and_grad, dynamic=True)
+    try:
+        return _fused(logits, targets, vocab)
+    except Exception as exc:  # noqa: BLE001 -- any compiler failure: the eager form is exact
+        FUSE_ON_CUDA = False
+        print(f"draslice: cross-entropy runs eager ({type(exc).__name__}: "
+              f"{str(exc).splitlines()[0][:200] if str(exc) else ''})", file=sys.stderr)
+        return _loss_and_grad(logits, targets, vocab)
 
 
 def _aligned_head(weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype

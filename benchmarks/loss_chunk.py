@@ -1,0 +1,108 @@
+"""The loss through the LM head, eager against fused, on the Qwen/Llama shapes (needs a GPU).
+
+    python benchmarks/loss_chunk.py [--tokens 16384] [--shape 896x151936 --shape 1536x151936]
+        [--repeat 20]
+
+``trainer/loss.py`` computes the cross-entropy through the frozen head a chunk of tokens at a
+time, and each chunk's gradient right away. Per chunk, its softmax and gradient run either
+eager (``FUSE_ON_CUDA = False``: about six passes over a quarter GiB of fp32 logits) or
+compiled by inductor (the default on CUDA). This prints, for each hidden x vocab shape at
+``--tokens`` labelled tokens (bf16 hidden states and head, as under autocast): milliseconds a
+forward and backward, peak memory above the inputs, the first call's time (inductor's compile),
+the fused/eager ratios, and how far the fused loss and gradient are from the eager ones. Liger's
+``liger_fused_linear_cross_entropy`` is measured beside them where ``liger-kernel`` imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from draslice.trainer import loss
+
+
+def _ours(hidden, head, targets):
+    chunk = loss.chunk_tokens(head.weight.shape[0])
+    return loss.chunked_cross_entropy(hidden, head, targets, chunk)
+
+
+def _liger():
+    try:
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+    except ImportError as exc:
+        print(f"liger: not measured ({exc})")
+        return None
+
+    def run(hidden, head, targets):
+        return liger_fused_linear_cross_entropy(hidden, head.weight, targets, reduction="sum")
+    return run
+
+
+def measure(fn, hidden, head, targets, repeat: int) -> dict:
+    """First call (compile included), steady ms a forward and backward, peak GiB above inputs."""
+    def once():
+        h = hidden.detach().requires_grad_()
+        total = fn(h, head, targets)
+        total.backward()
+        return total.detach(), h.grad
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    total, grad = once()
+    torch.cuda.synchronize()
+    first = time.perf_counter() - t0
+    for _ in range(3):
+        once()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeat):
+        once()
+    end.record()
+    torch.cuda.synchronize()
+    return {"first_s": first, "ms": start.elapsed_time(end) / repeat,
+            "peak_gib": (torch.cuda.max_memory_allocated() - base) / 2**30,
+            "loss": total, "grad": grad}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=16384)
+    parser.add_argument("--shape", action="append", help="HIDDENxVOCAB (repeatable)")
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU")
+    shapes = args.shape or ["896x151936", "1536x151936"]
+    liger = _liger()
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.tokens} tokens")
+    for shape in shapes:
+        hidden_size, vocab = (int(v) for v in shape.lower().split("x"))
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        head = torch.nn.Linear(hidden_size, vocab, bias=False, device="cuda",
+                               dtype=torch.bfloat16).requires_grad_(False)
+        torch.nn.init.normal_(head.weight, std=0.02, generator=gen)
+        hidden = torch.randn(args.tokens, hidden_size, device="cuda", dtype=torch.bfloat16,
+                             generator=gen)
+        targets = torch.randint(0, vocab, (args.tokens,), device="cuda", generator=gen)
+        runs = {}
+        for name, fuse in (("eager", False), ("fused", True)):
+            loss.FUSE_ON_CUDA = fuse
+            runs[name] = measure(_ours, hidden, head, targets, args.repeat)
+        if liger is not None:
+            runs["liger"] = measure(liger, hidden, head, targets, args.repeat)
+        eager = runs["eager"]
+        for name, run in runs.items():
+            dl = abs(float(run["loss"]) - float(eager["loss"])) / float(eager["loss"])
+            dg = float((run["grad"].float() - eager["grad"].float()).abs().max())
+            print(f"{shape}: {name:5s} {run['ms']:7.2f} ms ({eager['ms'] / run['ms']:.2f}x eager)"
+                  f"  peak +{run['peak_gib']:.2f} GiB  first call {run['first_s']:.1f} s"
+                  f"  loss rel diff {dl:.1e}  grad max diff {dg:.1e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""The cross-entropy through the head a chunk at a time (trainer/loss.py): the loss and the
+gradient of ``F.cross_entropy`` on the whole logits, eager and compiled."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from draslice.trainer import loss
+
+VOCAB = 50  # not a multiple of loss.VOCAB_ALIGN: the head is padded to 64 rows
+
+
+def _case():
+    gen = torch.Generator().manual_seed(0)
+    head = torch.nn.Linear(32, VOCAB, bias=False).requires_grad_(False)
+    torch.nn.init.normal_(head.weight, generator=gen)
+    hidden = torch.randn(37, 32, generator=gen)
+    targets = torch.randint(0, VOCAB, (37,), generator=gen)
+    return head, hidden, targets
+
+
+def test_chunks_give_the_whole_batch_loss_and_gradient():
+    head, hidden, targets = _case()
+    whole = hidden.clone().requires_grad_()
+    expected = F.cross_entropy(head(whole), targets, reduction="sum")
+    expected.backward()
+    chunked = hidden.clone().requires_grad_()
+    total = loss.chunked_cross_entropy(chunked, head, targets, chunk=12)  # 12, 12, 12, 1
+    total.backward()
+    torch.testing.assert_close(total, expected.detach())
+    torch.testing.assert_close(chunked.grad, whole.grad)
+
+
+@pytest.mark.slow
+def test_the_compiled_chunk_matches_the_eager_one_at_every_chunk_size():
+    """What CUDA runs: inductor's form of the chunk, with dynamic sizes (the last chunk's
+    length changes from batch to batch); here compiled for the CPU."""
+    head, hidden, targets = _case()
+    weight, _ = loss._aligned_head(head.weight, None, torch.bfloat16)
+    compiled = torch.compile(loss._loss_and_grad, dynamic=True)
+    for n in (12, 7, 1, 12):
+        logits = F.linear(hidden[:n].bfloat16(), weight)
+        want_loss, want_grad = loss._loss_and_grad(logits.clone(), targets[:n], VOCAB)
+        got_loss, got_grad = compiled(logits.clone(), targets[:n], VOCAB)
+        torch.testing.assert_close(got_loss, want_loss, rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(got_grad, want_grad)
+        assert got_grad.dtype == torch.bfloat16
+        assert not got_grad[:, VOCAB:].any()  # the padding rows get no probability
