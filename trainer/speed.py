@@ -18,8 +18,8 @@ own code rather than kernels of ours:
   (:func:`compile_layers` says why), and CUDA graphs are not used there.
 - Liger kernels (``liger-kernel``, what LlamaFactory's ``enable_liger_kernel`` applies): fused
   RMSNorm, RoPE and SwiGLU for Llama/Qwen2/Mistral on CUDA when the library is installed and
-  the body is not compiled by inductor (which fuses those itself). The loss keeps its own
-  chunked cross-entropy through the head (``loss.py``): it is already the fused-linear form.
+  the body is not compiled by inductor (which fuses those itself), and its fused linear
+  cross-entropy for the loss through the head (``loss.py``; its own chunks otherwise).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import torch
 from draslice.trainer import grad_checkpointing
 from draslice.trainer.config import COMPILE_MODES
 from draslice.trainer.cuda_graph import GraphedBody
-from draslice.trainer.loss import split_head
+from draslice.trainer.loss import LIGER_HEAD, VOCAB_ALIGN, split_head
 
 __all__ = ["COMPILE_MODES", "SpeedPlan", "apply_liger", "choose", "choose_mode", "prepare"]
 INDUCTOR_MODES = ("default", "reduce-overhead")
@@ -115,6 +115,13 @@ def apply_liger(base: torch.nn.Module, on_cuda: bool, mode: str) -> bool:
 
     _apply_liger_kernel_to_instance(model=base, rope=True, rms_norm=True, swiglu=True,
                                     cross_entropy=False, fused_linear_cross_entropy=False)
+    head = base.get_output_embeddings()
+    # The loss calls the backbone and the head itself (loss.py), so Liger's patched forward
+    # with labels would never run: the head is marked for loss.py to use Liger's function.
+    # An odd vocabulary (GPT-2's 50,257) stays with loss.py's chunks, which pad the head
+    # for the tensor cores; Liger's matmuls would take the unpadded head.
+    if head is not None and head.weight.shape[0] % VOCAB_ALIGN == 0:
+        setattr(head, LIGER_HEAD, True)
     return True
 
 

@@ -196,3 +196,42 @@ def test_the_fused_lora_sum_gives_peft_gradients_on_the_gpu():
         fused_grads = grads()
     for name, grad in peft_grads.items():
         torch.testing.assert_close(fused_grads[name], grad, rtol=5e-2, atol=5e-3, msg=name)
+
+
+@pytest.mark.parametrize("head_vocab", [1024, 1000])
+def test_the_loss_through_the_head_is_the_same_fused_or_chunked(head_vocab):
+    """On CUDA the loss through a frozen head runs fused: Liger's fused linear cross-entropy
+    where ``speed.apply_liger`` marked the head, else loss.py's chunks compiled by inductor;
+    both give the eager chunks' loss and gradient (bf16 head, several chunks, an odd last one)."""
+    from draslice.trainer import loss
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    head = torch.nn.Linear(256, head_vocab, bias=False, device="cuda", dtype=torch.bfloat16)
+    torch.nn.init.normal_(head.weight, std=0.02, generator=gen)
+    head.requires_grad_(False)
+    hidden = torch.randn(1000, 256, device="cuda", dtype=torch.bfloat16, generator=gen)
+    targets = torch.randint(0, head_vocab, (1000,), device="cuda", generator=gen)
+
+    def run(fuse: bool, liger: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        loss.FUSE_ON_CUDA = fuse
+        setattr(head, loss.LIGER_HEAD, liger)
+        h = hidden.clone().requires_grad_()
+        total = loss.chunked_cross_entropy(h, head, targets, chunk=300)
+        total.backward()
+        return total.detach(), h.grad
+
+    try:
+        want = run(fuse=False, liger=False)
+        kinds = [(True, False)] + ([(False, True)] if _liger_installed() else [])
+        for fuse, liger in kinds:
+            got = run(fuse, liger)
+            torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-2)
+            torch.testing.assert_close(got[1], want[1], rtol=2e-2, atol=1e-3)
+    finally:
+        loss.FUSE_ON_CUDA = True
+
+
+def _liger_installed() -> bool:
+    from draslice.trainer import speed
+
+    return speed.liger_available()
