@@ -23,6 +23,8 @@ Peers, each in a fresh process per (peer, cap group):
   tokens); uncapped it is ``ours``;
 - ``ours-offload-peft``: ``ours-offload`` with peft's own LoRA forward instead of
   ``trainer/lora_fused.py``'s one-matmul sum (what that change is worth, in one call);
+- ``ours-offload-chunks``: ``ours-offload`` with the loss through the head in
+  ``trainer/loss.py``'s compiled chunks instead of Liger's fused linear cross-entropy;
 - ``ours-offload-compile``: ``ours-offload`` with ``compile="default"`` (inductor compiles each
   layer inside its offloaded checkpoint, ``speed.compile_layers``; its compile time is in
   ``run_s``, not in tokens/s); uncapped it is ``ours`` compiled so;
@@ -92,6 +94,7 @@ class Ours:
     tile: bool = False
     compile: str = "auto"
     peft_forward: bool = False  # peft's own LoRA forward, not trainer/lora_fused.py's
+    chunked_loss: bool = False  # loss.py's compiled chunks, not Liger's fused linear CE
 
 
 OURS = {
@@ -102,6 +105,8 @@ OURS = {
                        tile=True),
     "ours-offload-peft": Ours("draslice SFT loop + offload_activations, peft's LoRA forward",
                               offload=True, peft_forward=True),
+    "ours-offload-chunks": Ours("draslice SFT loop + offload_activations, loss.py's chunks",
+                                offload=True, chunked_loss=True),
     "ours-offload-compile": Ours("draslice SFT loop + offload_activations, compile=default",
                                  offload=True, compile="default"),
     "ours-tiled-compile": Ours(
@@ -419,6 +424,10 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
                 from draslice.trainer import lora_fused
 
                 lora_fused.fused = _peft_forward
+            if ours.chunked_loss:  # apply_liger marks the head under a name loss.py ignores
+                from draslice.trainer import speed
+
+                speed.LIGER_HEAD = "_benchmark_unmarked"
             train_ours(ctx, batch, checkpointing, clock, offload=ours.offload,
                        tile=ours.tile, compile=ours.compile)
         elif peer in ("hf", "hf-liger"):
