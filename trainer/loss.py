@@ -145,6 +145,9 @@ def _loss_and_grad(logits: torch.Tensor, targets: torch.Tensor, vocab: int
 
 
 _fused: Callable | None = None
+FUSED_DEVICES = ("cuda",)
+"""Where the chunk is compiled: inductor's CPU code is no faster than eager here, and compiling
+it needs a C++ compiler at run time."""
 FUSE_ON_CUDA = True
 """Whether a CUDA chunk's softmax and gradient go through inductor (benchmarks/loss_chunk.py
 measures both ways)."""
@@ -159,7 +162,7 @@ def chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor, vocab: int
     from batch to batch. Where compiling fails (Triton needs a C compiler at run time, which
     a slim image may lack) the first call says so on stderr and every chunk runs eager."""
     global _fused, FUSE_ON_CUDA
-    if not (FUSE_ON_CUDA and logits.is_cuda):
+    if not (FUSE_ON_CUDA and logits.device.type in FUSED_DEVICES):
         return _loss_and_grad(logits, targets, vocab)
     if _fused is None:
         _fused = torch.compile(_loss_and_grad, dynamic=True)

@@ -48,3 +48,23 @@ def test_the_compiled_chunk_matches_the_eager_one_at_every_chunk_size():
         torch.testing.assert_close(got_grad, want_grad)
         assert got_grad.dtype == torch.bfloat16
         assert not got_grad[:, VOCAB:].any()  # the padding rows get no probability
+
+
+def test_a_compiler_that_fails_leaves_one_line_and_the_eager_chunk(monkeypatch, capsys):
+    """A GPU image without a C compiler cannot build Triton's launcher: the first chunk says so
+    in one line and it, and every chunk after, runs eager with the same result."""
+    head, hidden, targets = _case()
+    want = loss.chunked_cross_entropy(hidden.clone().requires_grad_(), head, targets, chunk=12)
+
+    def broken(*_args):
+        raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")
+
+    monkeypatch.setattr(loss, "FUSED_DEVICES", ("cpu",))
+    monkeypatch.setattr(loss, "FUSE_ON_CUDA", True)
+    monkeypatch.setattr(loss, "_fused", broken)
+    got = loss.chunked_cross_entropy(hidden.clone().requires_grad_(), head, targets, chunk=12)
+    torch.testing.assert_close(got, want)
+    assert loss.FUSE_ON_CUDA is False
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["draslice: cross-entropy runs eager (RuntimeError: Failed to find C compiler. "
+                   "Please specify via CC environment variable.)"]
