@@ -408,3 +408,15 @@ def test_unsloths_child_imports_unsloth_before_transformers_and_peft(tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(seen.read_text()) == []
+
+
+def test_loss_chunk_without_a_gpu_says_so_in_one_line():
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is here: the benchmark would run")
+    done = subprocess.run([sys.executable, str(BENCH / "loss_chunk.py")], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == "loss_chunk.py: error: needs a CUDA GPU"
