@@ -5,7 +5,7 @@
 
 ``trainer/loss.py`` computes the cross-entropy through the frozen head a chunk of tokens at a
 time, and each chunk's gradient right away. Per chunk, its softmax and gradient run either
-eager (``FUSE_ON_CUDA = False``: about six passes over a quarter GiB of fp32 logits) or
+eager (``FUSED_DEVICES = ()``: about six passes over a quarter GiB of fp32 logits) or
 compiled by inductor (the default on CUDA). This prints, for each hidden x vocab shape at
 ``--tokens`` labelled tokens (bf16 hidden states and head, as under autocast): milliseconds a
 forward and backward, peak memory above the inputs, the first call's time (inductor's compile),
@@ -91,7 +91,7 @@ def main() -> None:
         targets = torch.randint(0, vocab, (args.tokens,), device="cuda", generator=gen)
         runs = {}
         for name, fuse in (("eager", False), ("fused", True)):
-            loss.FUSE_ON_CUDA = fuse
+            loss.FUSED_DEVICES = ("cuda",) if fuse else ()
             runs[name] = measure(_ours, hidden, head, targets, args.repeat)
         if liger is not None:
             runs["liger"] = measure(liger, hidden, head, targets, args.repeat)

@@ -69,6 +69,14 @@ def resolve_device(spec: str) -> torch.device:
     raise InvalidParameter("device", spec, f"must be {DEVICE_CHOICES}")
 
 
+def matmul_dtype(device_type: str, default: torch.dtype) -> torch.dtype:
+    """The dtype a matmul runs in on ``device_type``: autocast's where it is on, else
+    ``default`` (the operands' own). For code that leaves autocast to cast once itself."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return default
+
+
 def resolve_precision(spec: str, device: torch.device) -> str:
     """``auto`` is bf16 on a CUDA device that supports it and fp32 everywhere else."""
     spec = (spec or "auto").strip().lower()

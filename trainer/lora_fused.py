@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from draslice.trainer.device import matmul_dtype
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -49,9 +51,7 @@ class FusedForward:
         if name is None:
             return type(layer).forward(layer, x, *args, **kwargs)
         result = layer.base_layer(x)
-        device_type = x.device.type
-        dtype = (torch.get_autocast_dtype(device_type)
-                 if torch.is_autocast_enabled(device_type) else result.dtype)
+        dtype = matmul_dtype(x.device.type, result.dtype)
         a = layer.lora_A[name].weight.to(dtype)
         b = layer.lora_B[name].weight.to(dtype)
         low = x.reshape(-1, x.shape[-1]).to(dtype) @ a.t()

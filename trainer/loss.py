@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from draslice.trainer.device import matmul_dtype
 from draslice.trainer.examples import IGNORE
 
 CHUNK_BYTES = 256 * 1024**2  # fp32 logits per chunk
@@ -105,8 +106,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, chunk):  # noqa: D102
         device_type = hidden.device.type
-        dtype = (torch.get_autocast_dtype(device_type)
-                 if torch.is_autocast_enabled(device_type) else weight.dtype)
+        dtype = matmul_dtype(device_type, weight.dtype)
         vocab = weight.shape[0]
         w, b = _aligned_head(weight, bias, dtype)
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
@@ -145,12 +145,10 @@ def _loss_and_grad(logits: torch.Tensor, targets: torch.Tensor, vocab: int
 
 
 _fused: Callable | None = None
-FUSED_DEVICES = ("cuda",)
+FUSED_DEVICES: tuple[str, ...] = ("cuda",)
 """Where the chunk is compiled: inductor's CPU code is no faster than eager here, and compiling
-it needs a C++ compiler at run time."""
-FUSE_ON_CUDA = True
-"""Whether a CUDA chunk's softmax and gradient go through inductor (benchmarks/loss_chunk.py
-measures both ways)."""
+it needs a C++ compiler at run time. Empty after a compiler failure, or to measure the eager
+form (benchmarks/loss_chunk.py)."""
 
 
 def chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor, vocab: int
@@ -161,15 +159,15 @@ def chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor, vocab: int
     step. Sizes are dynamic: the number of labelled tokens, and so the last chunk, changes
     from batch to batch. Where compiling fails (Triton needs a C compiler at run time, which
     a slim image may lack) the first call says so on stderr and every chunk runs eager."""
-    global _fused, FUSE_ON_CUDA
-    if not (FUSE_ON_CUDA and logits.device.type in FUSED_DEVICES):
+    global _fused, FUSED_DEVICES
+    if logits.device.type not in FUSED_DEVICES:
         return _loss_and_grad(logits, targets, vocab)
     if _fused is None:
         _fused = torch.compile(_loss_and_grad, dynamic=True)
     try:
         return _fused(logits, targets, vocab)
     except Exception as exc:  # noqa: BLE001 -- any compiler failure: the eager form is exact
-        FUSE_ON_CUDA = False
+        FUSED_DEVICES = ()
         print(f"draslice: cross-entropy runs eager ({type(exc).__name__}: "
               f"{str(exc).splitlines()[0][:200] if str(exc) else ''})", file=sys.stderr)
         return _loss_and_grad(logits, targets, vocab)
@@ -223,8 +221,7 @@ def _liger_sum(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
     device_type = hidden.device.type
-    dtype = (torch.get_autocast_dtype(device_type)
-             if torch.is_autocast_enabled(device_type) else weight.dtype)
+    dtype = matmul_dtype(device_type, weight.dtype)
     with torch.autocast(device_type, enabled=False):
         return liger_fused_linear_cross_entropy(
             hidden.to(dtype), weight.detach().to(dtype),

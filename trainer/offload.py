@@ -132,7 +132,7 @@ _last: weakref.ref[_Layer] | None = None
 
 
 def _pack(tensor: torch.Tensor):
-    if tensor.device.type != "cuda" or tensor.numel() < MIN_NUMEL or _calling is None:
+    if tensor.device.type != "cuda" or tensor.numel() < MIN_NUMEL:
         return tensor
     host = torch.empty_like(tensor, device="cpu", pin_memory=True)
     side = _copy_stream(tensor.device)

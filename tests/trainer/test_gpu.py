@@ -213,7 +213,7 @@ def test_the_loss_through_the_head_is_the_same_fused_or_chunked(head_vocab):
     targets = torch.randint(0, head_vocab, (1000,), device="cuda", generator=gen)
 
     def run(fuse: bool, liger: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        loss.FUSE_ON_CUDA = fuse
+        loss.FUSED_DEVICES = ("cuda",) if fuse else ()
         setattr(head, loss.LIGER_HEAD, liger)
         h = hidden.clone().requires_grad_()
         total = loss.chunked_cross_entropy(h, head, targets, chunk=300)
@@ -228,7 +228,7 @@ def test_the_loss_through_the_head_is_the_same_fused_or_chunked(head_vocab):
             torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-2)
             torch.testing.assert_close(got[1], want[1], rtol=2e-2, atol=1e-3)
     finally:
-        loss.FUSE_ON_CUDA = True
+        loss.FUSED_DEVICES = ("cuda",)
 
 
 def _liger_installed() -> bool:

@@ -60,11 +60,10 @@ def test_a_compiler_that_fails_leaves_one_line_and_the_eager_chunk(monkeypatch, 
         raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")
 
     monkeypatch.setattr(loss, "FUSED_DEVICES", ("cpu",))
-    monkeypatch.setattr(loss, "FUSE_ON_CUDA", True)
     monkeypatch.setattr(loss, "_fused", broken)
     got = loss.chunked_cross_entropy(hidden.clone().requires_grad_(), head, targets, chunk=12)
     torch.testing.assert_close(got, want)
-    assert loss.FUSE_ON_CUDA is False
+    assert loss.FUSED_DEVICES == ()
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["draslice: cross-entropy runs eager (RuntimeError: Failed to find C compiler. "
                    "Please specify via CC environment variable.)"]
