@@ -23,6 +23,8 @@ Peers, each in a fresh process per (peer, cap group):
   tokens); uncapped it is ``ours``;
 - ``ours-offload-peft``: ``ours-offload`` with peft's own LoRA forward instead of
   ``trainer/lora_fused.py``'s one-matmul sum (what that change is worth, in one call);
+- ``ours-offload-single``: ``ours-offload`` with every LoRA projection computed alone
+  (``lora_fused``'s ``group=False``: what computing q/k/v and gate/up in one call is worth);
 - ``ours-offload-chunks``: ``ours-offload`` with the loss through the head in
   ``trainer/loss.py``'s compiled chunks instead of Liger's fused linear cross-entropy;
 - ``ours-offload-compile``: ``ours-offload`` with ``compile="default"`` (inductor compiles each
@@ -66,6 +68,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 # Unsloth patches transformers, peft and trl as it is imported, and when they were imported
@@ -94,6 +97,7 @@ class Ours:
     tile: bool = False
     compile: str = "auto"
     peft_forward: bool = False  # peft's own LoRA forward, not trainer/lora_fused.py's
+    lora_groups: bool = True  # lora_fused's q/k/v and gate/up in one call each
     chunked_loss: bool = False  # loss.py's compiled chunks, not Liger's fused linear CE
 
 
@@ -105,6 +109,8 @@ OURS = {
                        tile=True),
     "ours-offload-peft": Ours("draslice SFT loop + offload_activations, peft's LoRA forward",
                               offload=True, peft_forward=True),
+    "ours-offload-single": Ours("draslice SFT loop + offload_activations, no LoRA groups",
+                                offload=True, lora_groups=False),
     "ours-offload-chunks": Ours("draslice SFT loop + offload_activations, loss.py's chunks",
                                 offload=True, chunked_loss=True),
     "ours-offload-compile": Ours("draslice SFT loop + offload_activations, compile=default",
@@ -424,6 +430,10 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
                 from draslice.trainer import lora_fused
 
                 lora_fused.fused = _peft_forward
+            if not ours.lora_groups:
+                from draslice.trainer import lora_fused
+
+                lora_fused.fused = partial(lora_fused.fused, group=False)
             if ours.chunked_loss:  # apply_liger marks the head under a name loss.py ignores
                 from draslice.trainer import speed
 

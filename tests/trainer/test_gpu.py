@@ -122,6 +122,14 @@ def test_the_default_captures_a_packed_qwen2_body_with_liger_kernels(tmp_path, r
     # A packed row short of max_length is padded (the end of the data): that step runs eager.
     assert replays["replayed"] == replays["graphable"] >= 8
     assert result.final_loss < result.initial_loss
+    # The replays read the LoRA weights each optimizer step wrote (lora_fused casts them inside
+    # the graph, never from its cache of the eager warm-up's casts): the losses are eager's.
+    eager = train(SFTConfig(
+        model_dir=str(model), data=str(data), data_format="prompt-completion", max_length=256,
+        pack=True, batch_size=8, steps=12, bf16_weights=True, compile="off",
+        lora_targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"),
+        tmp_path / "e", tmp_path / "e.jsonl", log=lambda _line: None)
+    assert result.final_loss == pytest.approx(eager.final_loss, rel=5e-2)
 
 
 @pytest.mark.parametrize("mode", ["off", "default"])
@@ -235,3 +243,38 @@ def _liger_installed() -> bool:
     from draslice.trainer import speed
 
     return speed.liger_available()
+
+
+@pytest.mark.parametrize("bf16_base", [True, False])
+def test_grouped_lora_projections_give_peft_gradients_on_the_gpu(bf16_base):
+    """lora_fused's groups (q/k/v, gate/up in one call, our backward) under bf16 autocast and
+    gradient checkpointing: peft's gradients within bf16 rounding, with the base matmuls inside
+    the group's call (bf16 base) or before it (fp32 base, cast by autocast)."""
+    from draslice.trainer import lora_fused
+    from tests.trainer.grads import checkpointed_qwen2
+
+    model = checkpointed_qwen2(layers=2)
+    if bf16_base:
+        model.to(torch.bfloat16)
+        for p in model.parameters():
+            if p.requires_grad:
+                p.data = p.data.float()
+    model.cuda()
+    ids = torch.randint(0, 64, (4, 32), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(0))
+
+    def grads() -> dict[str, torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return {n: p.grad.float().clone() for n, p in model.named_parameters()
+                if p.grad is not None}
+
+    peft_grads = grads()
+    with lora_fused.fused(model) as installed:
+        assert installed == 14
+        fused_grads = grads()
+    assert fused_grads.keys() == peft_grads.keys()
+    for name, grad in peft_grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, rtol=5e-2, atol=5e-3, msg=name)
