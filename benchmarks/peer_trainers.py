@@ -25,6 +25,8 @@ Peers, each in a fresh process per (peer, cap group):
   ``trainer/lora_fused.py``'s one-matmul sum (what that change is worth, in one call);
 - ``ours-offload-single``: ``ours-offload`` with every LoRA projection computed alone
   (``lora_fused``'s ``group=False``: what computing q/k/v and gate/up in one call is worth);
+- ``ours-offload-reentrant``: ``ours-offload`` under torch's reentrant checkpoint
+  (``grad_checkpointing.REENTRANT``: less host time a layer on a CPU, ``host_cost.py``);
 - ``ours-offload-chunks``: ``ours-offload`` with the loss through the head in
   ``trainer/loss.py``'s compiled chunks instead of Liger's fused linear cross-entropy;
 - ``ours-offload-compile``: ``ours-offload`` with ``compile="default"`` (inductor compiles each
@@ -98,6 +100,7 @@ class Ours:
     compile: str = "auto"
     peft_forward: bool = False  # peft's own LoRA forward, not trainer/lora_fused.py's
     lora_groups: bool = True  # lora_fused's q/k/v and gate/up in one call each
+    reentrant: bool = False  # grad_checkpointing.REENTRANT: torch's reentrant checkpoint
     chunked_loss: bool = False  # loss.py's compiled chunks, not Liger's fused linear CE
 
 
@@ -111,6 +114,8 @@ OURS = {
                               offload=True, peft_forward=True),
     "ours-offload-single": Ours("draslice SFT loop + offload_activations, no LoRA groups",
                                 offload=True, lora_groups=False),
+    "ours-offload-reentrant": Ours("draslice SFT loop + offload_activations, reentrant "
+                                   "checkpoint", offload=True, reentrant=True),
     "ours-offload-chunks": Ours("draslice SFT loop + offload_activations, loss.py's chunks",
                                 offload=True, chunked_loss=True),
     "ours-offload-compile": Ours("draslice SFT loop + offload_activations, compile=default",
@@ -430,6 +435,10 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
                 from draslice.trainer import lora_fused
 
                 lora_fused.fused = _peft_forward
+            if ours.reentrant:
+                from draslice.trainer import grad_checkpointing
+
+                grad_checkpointing.REENTRANT = True
             if not ours.lora_groups:
                 from draslice.trainer import lora_fused
 

@@ -12,16 +12,31 @@ from contextlib import suppress
 
 import torch
 
+REENTRANT = False
+"""Which of torch's two checkpoints every layer (and ``offload``'s) uses.
+
+The non-reentrant one (the default) recomputes through saved-tensor hooks, a Python call for
+every tensor a layer saves. The reentrant one is an autograd Function that saves the layer's
+inputs and, in backward, runs the layer's forward and backward again inside it, as Unsloth's
+offloaded checkpointing does: on a CPU at a width where the host's cost is all there is, a
+Qwen2 layer took 0.88x the host time (``benchmarks/host_cost.py``). It needs the
+embeddings' output to require grad, which costs a backward through the first layer's frozen
+weights and breaks a compiled body's graph. Which is faster on a GPU is measured by
+``peer_trainers.py``'s ``ours-offload-reentrant``, not yet run (docs/benchmarks.md).
+"""
+
 
 def enable(base: torch.nn.Module) -> None:
-    """Non-reentrant gradient checkpointing of every layer, by the name the installed
-    transformers has for it (``activation_checkpointing_enable`` since 5.x; the old name now
-    warns that v6 removes it)."""
-    kwargs = {"use_reentrant": False}
+    """Gradient checkpointing of every layer (:data:`REENTRANT` says which kind), by the name
+    the installed transformers has for it (``activation_checkpointing_enable`` since 5.x; the
+    old name now warns that v6 removes it)."""
+    kwargs = {"use_reentrant": REENTRANT}
     if hasattr(base, "activation_checkpointing_enable"):
         base.activation_checkpointing_enable(kwargs)  # its first parameter: the kwargs
     else:
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if REENTRANT:  # it needs the embeddings' output to require grad (transformers' hook)
+        return
     # transformers also makes the embeddings' output require grad, which the reentrant kind
     # needs and the non-reentrant one does not: kept, it costs a backward through the first
     # layer's frozen weights and breaks torch.compile's graph (a forward hook calling

@@ -13,10 +13,10 @@ A small model's step is bound by launching kernels rather than by running them (
 in a slice: ~4,000 launches a step, run L), so the projections that read one input (a Llama
 or Qwen layer's q/k/v, and its gate/up) are computed in one call, as Unsloth's LoRA kernels do:
 one matmul for all their ``x A^T``, and a backward of our own (:class:`_LoRAGroup`) that adds
-every input gradient into one buffer and makes each weight gradient with one matmul, where
+every input gradient into one buffer and makes the group's A gradients in one matmul, where
 autograd's generic backward scales, casts and adds each projection's pieces apart. The bf16
 copies of the fp32 LoRA weights are made once a step and reused by the recompute of gradient
-checkpointing (:class:`_CastWeights`). ``benchmarks/lora_launches.py`` counts the operators.
+checkpointing (:class:`_Plan`). ``benchmarks/host_cost.py`` counts the operators.
 
 Only while the loop trains under bf16 autocast (``build.Training.lora_inputs_uncast``), and only
 for plain LoRA (one active adapter, no dropout, not merged, no DoRA or other variant, no
@@ -45,131 +45,124 @@ SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
 @dataclass(eq=False)
-class _CastWeights:
-    """A group's LoRA weights in the matmul dtype, concatenated: ``a`` is (sum of ranks, in),
-    ``b`` is (sum of outputs, rank).
+class _Plan:
+    """How some members of a group are computed for one adapter and matmul dtype: which
+    weights, where each member's rows and columns lie in the concatenated ones, and whether
+    the base matmuls run inside the group's call. Fixed while the loop trains, so it is made
+    once, not at every call of a step that is bound by the host.
 
-    Made again after every optimizer step (:func:`fused` clears them then: the fused AdamW
-    writes the weights without bumping their version), after any other in-place change, or for
-    another dtype, so the recompute of a checkpointed layer reuses the forward's copies instead
-    of casting every weight again. Never kept while a CUDA graph is captured: its replays must
+    It also keeps the members' LoRA weights in the matmul dtype, concatenated: ``a`` (sum of
+    ranks, in) and each member's ``B^T`` (a view of one concatenated ``b``). They are made again
+    after every optimizer step (:func:`fused` clears them then: the fused AdamW writes the
+    weights without bumping their version), after any other in-place change, or for another
+    dtype, so the recompute of a checkpointed layer reuses the forward's copies instead of
+    casting every weight again. Never kept while a CUDA graph is captured: its replays must
     cast the weights the optimizer has changed since.
     """
 
+    a_weights: list[torch.Tensor]
+    b_weights: list[torch.Tensor]
+    scalings: list[float]
+    bases: list[tuple[torch.Tensor, torch.Tensor | None]] | None
+    """Each member's frozen (weight, bias), when the base matmuls run inside the group's own
+    call; None when each member's base output is an input (4-bit and other base layers)."""
+    dtype: torch.dtype
+    ranks: list[slice] = field(init=False)
+    """Each member's columns of ``x A^T`` (its rows of ``a``)."""
+    outs: list[slice] = field(init=False)
+    """Each member's rows of ``b``."""
     key: tuple = ()
     a: torch.Tensor | None = None
-    b: torch.Tensor | None = None
+    b_t: list[torch.Tensor] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.ranks = _slices([w.shape[0] for w in self.a_weights])
+        self.outs = _slices([w.shape[0] for w in self.b_weights])
 
     def clear(self) -> None:
-        self.key, self.a, self.b = (), None, None
+        self.key, self.a, self.b_t = (), None, []
 
-    def get(self, a_weights: Sequence[torch.Tensor], b_weights: Sequence[torch.Tensor],
-            dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (dtype, *((id(w), w.data_ptr(), w._version) for w in (*a_weights, *b_weights)))
-        capturing = a_weights[0].is_cuda and torch.cuda.is_current_stream_capturing()
+    def casts(self) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        weights = (*self.a_weights, *self.b_weights)
+        key = tuple((w.data_ptr(), w._version) for w in weights)
+        capturing = weights[0].is_cuda and torch.cuda.is_current_stream_capturing()
         if key == self.key and not capturing:
-            return self.a, self.b
+            return self.a, self.b_t
         with torch.no_grad():
-            a = _cat(a_weights).to(dtype)
-            b = _cat(b_weights).to(dtype)
+            a = _cat(self.a_weights).to(self.dtype)
+            b = _cat(self.b_weights).to(self.dtype)
+        b_t = [b[rows].t() for rows in self.outs]
         if not capturing:
-            self.key, self.a, self.b = key, a, b
-        return a, b
+            self.key, self.a, self.b_t = key, a, b_t
+        return a, b_t
+
+
+def _slices(sizes: list[int]) -> list[slice]:
+    ends = [sum(sizes[:i + 1]) for i in range(len(sizes))]
+    return [slice(end - size, end) for size, end in zip(sizes, ends, strict=True)]
 
 
 def _cat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
 
 
-@dataclass(eq=False)
-class _Spec:
-    """What :class:`_LoRAGroup` needs besides its tensor inputs (none of it differentiated)."""
-
-    a: torch.Tensor
-    """The members' A weights in the matmul dtype, concatenated (``_CastWeights.a``)."""
-    b: torch.Tensor
-    """Their B weights so (``_CastWeights.b``)."""
-    ranks: list[int]
-    outs: list[int]
-    scalings: list[float]
-    bases: list[tuple[torch.Tensor, torch.Tensor | None]] | None
-    """Each member's frozen (weight, bias), when the base matmuls run inside the group's own
-    call; None when each member's base output is an input (4-bit and other base layers)."""
-    offsets: list[int] = field(init=False)
-    out_offsets: list[int] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.offsets = [sum(self.ranks[:i]) for i in range(len(self.ranks) + 1)]
-        self.out_offsets = [sum(self.outs[:i]) for i in range(len(self.outs) + 1)]
-
-
 class _LoRAGroup(torch.autograd.Function):
-    """``out_i = base_i(x) + s_i (x A_i^T) B_i^T`` for the members of a group, on 2-D ``x``.
+    """``out_i = base_i(x) + s_i (x A_i^T) B_i^T`` for the members of a plan, on 2-D ``x``.
 
-    Inputs after the spec: ``x``, the members' fp32 A weights, their B weights, then (when
-    ``spec.bases`` is None) their base outputs. The weights are inputs so that autograd hands
-    their gradients to the optimizer's parameters; the matmuls read the spec's cast copies.
+    Inputs after the plan and the casts: ``x``, the members' fp32 A weights, their B weights,
+    then (without ``plan.bases``) their base outputs. The weights are inputs so that autograd
+    hands their gradients to the optimizer's parameters; the matmuls read the cast copies.
     """
 
     @staticmethod
-    def forward(ctx, spec: _Spec, x: torch.Tensor, *tensors: torch.Tensor):
-        n = len(spec.ranks)
-        low = x @ spec.a.t()  # every member's x A^T, in one matmul
+    def forward(ctx, plan: _Plan, a: torch.Tensor, b_t: list[torch.Tensor], x: torch.Tensor,
+                *tensors: torch.Tensor):
+        n = len(plan.ranks)
+        low = x @ a.t()  # every member's x A^T, in one matmul
         outs = []
-        for i in range(n):
-            if spec.bases is None:
+        for i, cols in enumerate(plan.ranks):
+            if plan.bases is None:
                 base = tensors[2 * n + i]
             else:
-                weight, bias = spec.bases[i]
+                weight, bias = plan.bases[i]
                 base = (torch.mm(x, weight.t()) if bias is None
                         else torch.addmm(bias, x, weight.t()))
-            outs.append(torch.addmm(base, low[:, spec.offsets[i]:spec.offsets[i + 1]],
-                                    _rows(spec.b, spec.out_offsets, i).t(),
-                                    alpha=spec.scalings[i]))
-        ctx.spec = spec
+            outs.append(torch.addmm(base, low[:, cols], b_t[i], alpha=plan.scalings[i]))
+        ctx.plan, ctx.a, ctx.b_t = plan, a, b_t
         ctx.save_for_backward(x, low)
         return tuple(outs)
 
     @staticmethod
     def backward(ctx, *grads: torch.Tensor | None):
-        spec: _Spec = ctx.spec
+        plan: _Plan = ctx.plan
         x, low = ctx.saved_tensors
-        n = len(spec.ranks)
+        x_needed = ctx.needs_input_grad[3]
         # u^T = s B^T g^T for every member, stacked: the gradient of x A^T, transposed, so that
         # each member's rows are one contiguous block (the matmul writes it in place).
-        u_t = x.new_empty(spec.offsets[-1], x.shape[0])
-        b_grad = spec.b.new_empty(spec.b.shape)
+        u_t = x.new_empty(low.shape[1], x.shape[0])
+        b_grad = x.new_empty(plan.outs[-1].stop, low.shape[1] // len(plan.ranks))
         x_grad = None
         for i, grad in enumerate(grads):
-            u_rows = u_t[spec.offsets[i]:spec.offsets[i + 1]]
-            b_rows = _rows(b_grad, spec.out_offsets, i)
+            u_rows, b_rows = u_t[plan.ranks[i]], b_grad[plan.outs[i]]
             if grad is None:  # a member whose output was not used
                 u_rows.zero_()
                 b_rows.zero_()
                 continue
             grad = grad.to(x.dtype)
-            scaling = spec.scalings[i]  # applied in the matmuls' accumulators
-            torch.addmm(u_rows, _rows(spec.b, spec.out_offsets, i).t(), grad.t(), beta=0,
-                        alpha=scaling, out=u_rows)
-            torch.addmm(b_rows, grad.t(), low[:, spec.offsets[i]:spec.offsets[i + 1]], beta=0,
-                        alpha=scaling, out=b_rows)
-            if ctx.needs_input_grad[1] and spec.bases is not None:
-                weight = spec.bases[i][0]
+            scaling = plan.scalings[i]  # applied in the matmuls' accumulators
+            torch.addmm(u_rows, ctx.b_t[i], grad.t(), beta=0, alpha=scaling, out=u_rows)
+            torch.addmm(b_rows, grad.t(), low[:, plan.ranks[i]], beta=0, alpha=scaling,
+                        out=b_rows)
+            if x_needed and plan.bases is not None:
+                weight = plan.bases[i][0]
                 x_grad = grad @ weight if x_grad is None else x_grad.addmm_(grad, weight)
         a_grad = (u_t @ x).float()
         b_grad = b_grad.float()
-        if ctx.needs_input_grad[1]:
-            x_grad = (u_t.t() @ spec.a if x_grad is None
-                      else x_grad.addmm_(u_t.t(), spec.a))
-        base_grads = (tuple(grads) if spec.bases is None else ())
-        return (None, x_grad,
-                *(a_grad[spec.offsets[i]:spec.offsets[i + 1]] for i in range(n)),
-                *(_rows(b_grad, spec.out_offsets, i) for i in range(n)),
-                *base_grads)
-
-
-def _rows(t: torch.Tensor, offsets: list[int], i: int) -> torch.Tensor:
-    return t[offsets[i]:offsets[i + 1]]
+        if x_needed:
+            x_grad = u_t.t() @ ctx.a if x_grad is None else x_grad.addmm_(u_t.t(), ctx.a)
+        return (None, None, None, x_grad, *(a_grad[cols] for cols in plan.ranks),
+                *(b_grad[rows] for rows in plan.outs),
+                *(grads if plan.bases is None else ()))
 
 
 class Group:
@@ -181,59 +174,68 @@ class Group:
 
     def __init__(self, layers: Sequence[torch.nn.Module]) -> None:
         self.layers = list(layers)
-        self.weights = _CastWeights()
+        self.plans: dict[tuple, _Plan] = {}
         self.pending: dict[int, torch.Tensor] = {}
         self.pending_x: torch.Tensor | None = None
 
-    def output(self, index: int, x: torch.Tensor) -> torch.Tensor:
-        if self.pending_x is x and index in self.pending:
-            out = self.pending.pop(index)
+    def output(self, index: int, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        if self.pending_x is x and index in self.pending and not (args or kwargs):
+            out = self.pending.pop(index)  # its leader checked it was plain LoRA
             if not self.pending:
                 self.pending_x = None
             return out
-        members = self.layers if self._plain(self.layers) else [self.layers[index]]
-        if len(members) > 1:
-            outs = self._compute(members, x, self.weights)
+        names = {plain_adapter(layer) for layer in self.layers}
+        if len(self.layers) > 1 and len(names) == 1 and None not in names and not (
+                args or kwargs):
+            outs = self._compute(tuple(range(len(self.layers))), names.pop(), x)
             self.pending = {i: out for i, out in enumerate(outs) if i != index}
             self.pending_x = x
             return outs[index]
-        return self._compute(members, x, self.weights if len(self.layers) == 1
-                             else _CastWeights())[0]
+        layer = self.layers[index]
+        name = plain_adapter(layer)
+        if args or kwargs or name is None:
+            return type(layer).forward(layer, x, *args, **kwargs)
+        return self._compute((index,), name, x)[0]
 
-    @staticmethod
-    def _plain(layers: Sequence[torch.nn.Module]) -> bool:
-        names = {plain_adapter(layer) for layer in layers}
-        return None not in names and len(names) == 1
+    def clear(self) -> None:
+        for plan in self.plans.values():
+            plan.clear()
 
-    @staticmethod
-    def _compute(layers: Sequence[torch.nn.Module], x: torch.Tensor, weights: _CastWeights
+    def _compute(self, members: tuple[int, ...], name: str, x: torch.Tensor
                  ) -> list[torch.Tensor]:
         """The members' outputs for ``x``: their base matmuls inside the group's call where
         each base is a frozen ``nn.Linear`` in the matmul dtype already, before it otherwise
         (a 4-bit base dequantises in its own call; an fp32 base is cast by autocast)."""
-        name = layers[0].active_adapters[0]
-        base_layers = [layer.base_layer for layer in layers]
-        inside = all(type(base) is torch.nn.Linear and not base.weight.requires_grad
-                     and (base.bias is None or not base.bias.requires_grad)
-                     for base in base_layers)
-        dtype = matmul_dtype(x.device.type, base_layers[0].weight.dtype
-                             if inside else x.dtype)
-        inside = inside and all(base.weight.dtype == dtype and (
-            base.bias is None or base.bias.dtype == dtype) for base in base_layers)
-        outer = [] if inside else [base(x) for base in base_layers]
-        result_dtype = outer[0].dtype if outer else dtype
-        outer = [out.reshape(-1, out.shape[-1]).to(dtype) for out in outer]
-        a_weights = [layer.lora_A[name].weight for layer in layers]
-        b_weights = [layer.lora_B[name].weight for layer in layers]
-        a, b = weights.get(a_weights, b_weights, dtype)
-        spec = _Spec(a, b, ranks=[w.shape[0] for w in a_weights],
-                     outs=[w.shape[0] for w in b_weights],
-                     scalings=[float(layer.scaling[name]) for layer in layers],
-                     bases=[(base.weight, base.bias) for base in base_layers] if inside
-                     else None)
-        flat = x.reshape(-1, x.shape[-1]).to(dtype)
-        outs = _LoRAGroup.apply(spec, flat, *a_weights, *b_weights, *outer)
+        device_type = x.device.type
+        dtype = (torch.get_autocast_dtype(device_type)
+                 if torch.is_autocast_enabled(device_type) else None)
+        plan = self.plans.get((members, name, dtype))
+        if plan is None:
+            plan = self.plans[members, name, dtype] = self._plan(members, name, x)
+        if plan.bases is None:
+            outer = [self.layers[i].base_layer(x) for i in members]
+            result_dtype = outer[0].dtype
+            outer = [out.reshape(-1, out.shape[-1]).to(plan.dtype) for out in outer]
+        else:
+            outer, result_dtype = [], plan.dtype
+        a, b_t = plan.casts()
+        flat = x.reshape(-1, x.shape[-1]).to(plan.dtype)
+        outs = _LoRAGroup.apply(plan, a, b_t, flat, *plan.a_weights, *plan.b_weights, *outer)
         return [out.view(*x.shape[:-1], out.shape[-1]).to(result_dtype) for out in outs]
+
+    def _plan(self, members: tuple[int, ...], name: str, x: torch.Tensor) -> _Plan:
+        layers = [self.layers[i] for i in members]
+        bases = [layer.base_layer for layer in layers]
+        linear = all(type(base) is torch.nn.Linear and not base.weight.requires_grad
+                     and (base.bias is None or not base.bias.requires_grad) for base in bases)
+        dtype = matmul_dtype(x.device.type, bases[0].weight.dtype if linear else x.dtype)
+        inside = linear and all(base.weight.dtype == dtype and (
+            base.bias is None or base.bias.dtype == dtype) for base in bases)
+        return _Plan(a_weights=[layer.lora_A[name].weight for layer in layers],
+                     b_weights=[layer.lora_B[name].weight for layer in layers],
+                     scalings=[float(layer.scaling[name]) for layer in layers],
+                     bases=[(base.weight, base.bias) for base in bases] if inside else None,
+                     dtype=dtype)
 
 
 def plain_adapter(layer: torch.nn.Module) -> str | None:
@@ -255,10 +257,7 @@ class FusedForward:
         self.index = index
 
     def __call__(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        layer = self.group.layers[self.index]
-        if args or kwargs or plain_adapter(layer) is None:
-            return type(layer).forward(layer, x, *args, **kwargs)
-        return self.group.output(self.index, x)
+        return self.group.output(self.index, x, *args, **kwargs)
 
 
 def lora_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -282,7 +281,7 @@ def lora_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 def groups(model: torch.nn.Module, group: bool = True) -> list[Group]:
     """Every LoRA layer of ``model`` in one :class:`Group`: with its :data:`SIBLINGS` (same
-    parent, same input width), or alone (all alone with ``group=False``)."""
+    parent, same input width and ranks), or alone (all alone with ``group=False``)."""
     layers = lora_layers(model)
     chosen = {id(layer) for layer in layers}
     found: list[Group] = []
@@ -293,8 +292,8 @@ def groups(model: torch.nn.Module, group: bool = True) -> list[Group]:
             for names in SIBLINGS:
                 members = [children[n] for n in names
                            if n in children and id(children[n]) in chosen]
-                widths = {m.in_features for m in members}
-                if len(members) > 1 and len(widths) == 1:
+                shapes = {(m.in_features, tuple(sorted(m.r.items()))) for m in members}
+                if len(members) > 1 and len(shapes) == 1:  # one input width, one rank
                     found.append(Group(members))
                     placed.update(id(m) for m in members)
     found += [Group([layer]) for layer in layers if id(layer) not in placed]
@@ -311,7 +310,7 @@ def fused(model: torch.nn.Module, group: bool = True) -> Iterator[int]:
 
     def stepped(*_args) -> None:  # the weights changed: the casts are stale
         for g in installed:
-            g.weights.clear()
+            g.clear()
 
     hook = register_optimizer_step_post_hook(stepped)
     try:

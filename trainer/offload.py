@@ -4,9 +4,10 @@ With gradient checkpointing, what a step keeps on the device between forward and
 one input per transformer layer: batch x sequence x hidden values, 28 of them for a 1.5B Qwen.
 At 8 x 2,048 tokens that is 1.4 GiB, a quarter of a ``1g.6gb`` slice. Unsloth's "offloaded"
 checkpointing moves them to the host; this does the same with PyTorch's own pieces:
-``torch.utils.checkpoint`` (non-reentrant) saves a layer's inputs through the autograd
-saved-tensor hooks, so hooks around the call see exactly those tensors and nothing inside the
-layer (the checkpoint's own hooks take over there). The pack hook copies a CUDA tensor into
+``torch.utils.checkpoint`` saves a layer's inputs through the autograd saved-tensor hooks
+(the non-reentrant kind through its own hooks inside; the reentrant kind, an autograd Function,
+saves only those), so hooks around the call see exactly those tensors and nothing inside the
+layer. The pack hook copies a CUDA tensor into
 pinned host memory without waiting; the unpack hook hands it back when backward recomputes
 the layer.
 
@@ -150,13 +151,15 @@ def _unpack(packed) -> torch.Tensor:
 
 
 def offloaded_checkpoint(function: Callable, *args, **kwargs):
-    """``torch.utils.checkpoint.checkpoint`` (non-reentrant) with the saved inputs on the host."""
+    """``torch.utils.checkpoint.checkpoint`` (of ``grad_checkpointing.REENTRANT``'s kind) with
+    the saved inputs on the host."""
     global _calling, _last
     layer = _Layer(_last() if _last is not None else None)
     _calling, _last = layer, weakref.ref(layer)
     try:
         with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
-            return checkpoint(function, *args, use_reentrant=False, **kwargs)
+            return checkpoint(function, *args, use_reentrant=grad_checkpointing.REENTRANT,
+                              **kwargs)
     finally:
         _calling = None
 

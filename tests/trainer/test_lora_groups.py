@@ -100,3 +100,29 @@ def test_the_casts_follow_every_optimizer_step(fused_adamw):
             optimizer.step()
             with bf16:
                 assert not torch.allclose(q(x), before, rtol=1e-2, atol=1e-2)
+
+
+def test_siblings_of_other_ranks_stand_alone_and_train_like_peft():
+    """peft's rank_pattern gives k_proj another rank: q/k/v do not group (their B weights would
+    not stack) while gate/up still do, and the gradients are peft's."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    base = Qwen2ForCausalLM(Qwen2Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32))
+    model = get_peft_model(base, LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"],
+        rank_pattern={"k_proj": 2}))
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.1)
+    sizes = sorted(len(g.layers) for g in lora_fused.groups(model))
+    assert sizes == [1, 1, 1, 2]
+    peft_loss, peft_grads = _lm_step(model)
+    with lora_fused.fused(model):
+        loss, grads = _lm_step(model)
+    torch.testing.assert_close(loss, peft_loss)
+    for name, grad in peft_grads.items():
+        torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-6, msg=name)
