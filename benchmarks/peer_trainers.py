@@ -431,22 +431,7 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
     try:
         if peer in OURS:
             ours = OURS[peer]
-            if ours.peft_forward:
-                from draslice.trainer import lora_fused
-
-                lora_fused.fused = _peft_forward
-            if ours.reentrant:
-                from draslice.trainer import grad_checkpointing
-
-                grad_checkpointing.REENTRANT = True
-            if not ours.lora_groups:
-                from draslice.trainer import lora_fused
-
-                lora_fused.fused = partial(lora_fused.fused, group=False)
-            if ours.chunked_loss:  # apply_liger marks the head under a name loss.py ignores
-                from draslice.trainer import speed
-
-                speed.LIGER_HEAD = "_benchmark_unmarked"
+            use_switches(ours)
             train_ours(ctx, batch, checkpointing, clock, offload=ours.offload,
                        tile=ours.tile, compile=ours.compile)
         elif peer in ("hf", "hf-liger"):
@@ -480,8 +465,21 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
             **({"tokens_seen": seen} if seen else {})}
 
 
+def use_switches(ours: Ours) -> None:
+    """Set, in this (child) process, the switches of the loop's code that ``ours`` turns."""
+    from draslice.trainer import grad_checkpointing, lora_fused, speed
+
+    if ours.peft_forward:
+        lora_fused.fused = _peft_forward
+    elif not ours.lora_groups:
+        lora_fused.fused = partial(lora_fused.fused, group=False)
+    grad_checkpointing.REENTRANT = ours.reentrant
+    if ours.chunked_loss:  # apply_liger marks the head under a name loss.py ignores
+        speed.LIGER_HEAD = "_benchmark_unmarked"
+
+
 @contextmanager
-def _peft_forward(model) -> Iterator[int]:  # noqa: ARG001 -- lora_fused.fused's signature
+def _peft_forward(model, group: bool = True) -> Iterator[int]:  # noqa: ARG001 -- fused's signature
     """``lora_fused.fused`` installing nothing: every LoRA layer keeps peft's forward."""
     yield 0
 

@@ -7,9 +7,11 @@ Runs ``draslice.trainer.sft.train`` as ``peer_trainers.py``'s ``ours`` runner do
 random-init model, packed rows, LoRA and cap; gradient checkpointing under a cap) inside
 ``torch.profiler`` and prints the timed steps' tokens/s from the loop's own metrics, then, over
 ``--active`` steps after ``--skip`` (model load, the first steps' allocations, autotuning and
-cuDNN plans left out), the host and device time a step and the operators with the most of
-each, then the same by input shape (which tensors the copies and casts are of). A step whose
-device time is well below its wall time is waiting on the host: the host table says on what.
+cuDNN plans left out), the host and device time and the kernel launches a step, the operators
+with the most of each, then the same by input shape (which tensors the copies and casts are
+of). A step whose device time is well below its wall time is waiting on the host: the host
+table says on what. ``--single`` and ``--reentrant`` turn the switches of ``peer_trainers``'
+``ours-offload-single`` and ``ours-offload-reentrant``, for their launches side by side.
 """
 
 from __future__ import annotations
@@ -23,9 +25,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-from peer_trainers import CAPS, SHAPES, Clock, prepare, train_ours  # noqa: E402
+from peer_trainers import CAPS, SHAPES, Clock, Ours, prepare, train_ours, use_switches  # noqa: E402
 
 from draslice.trainer.config import COMPILE_MODES  # noqa: E402
+
+# The runtime and driver calls that start work on the GPU (a graph's replay is one).
+LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+            "cudaGraphLaunch")
 
 
 def main() -> None:
@@ -39,6 +45,10 @@ def main() -> None:
     parser.add_argument("--compile", choices=COMPILE_MODES, default="auto",
                         help="the loop's compile knob; under a cap (checkpointed) 'default' "
                              "compiles each layer inside its checkpoint")
+    parser.add_argument("--single", action="store_true",
+                        help="every LoRA projection alone (lora_fused's group=False)")
+    parser.add_argument("--reentrant", action="store_true",
+                        help="torch's reentrant checkpoint (grad_checkpointing.REENTRANT)")
     parser.add_argument("--skip", type=int, default=3, help="steps before the profiled ones")
     parser.add_argument("--active", type=int, default=3, help="steps profiled")
     parser.add_argument("--rows", type=int, default=25, help="operators per table")
@@ -71,16 +81,19 @@ def main() -> None:
             if line.startswith("{'loss'"):  # a step's line (loglines.step_loss)
                 prof.step()
 
+        use_switches(Ours("profiled", lora_groups=not args.single, reentrant=args.reentrant))
         train_ours(ctx, args.batch, CAPS[args.cap] > 0, clock, offload=args.offload,
                     tile=args.tile, compile=args.compile, on_line=on_line)
     table = prof.key_averages()
     host = sum(e.self_cpu_time_total for e in table) / args.active / 1e6
     device = sum(e.self_device_time_total for e in table) / args.active / 1e6
+    launches = sum(e.count for e in table if e.key in LAUNCHES) / args.active
     print(json.dumps({"timed_steps": steps - 1, "tokens_per_s": (steps - 1) * args.batch
                       * args.seq / clock.given,
                       "step_seconds": clock.given / (steps - 1),
                       "profiled_host_seconds_a_step": host,
                       "profiled_device_seconds_a_step": device,
+                      "kernel_launches_a_step": launches,
                       "peak_reserved_gib": (torch.cuda.max_memory_reserved() / 1024**3
                                             if torch.cuda.is_available() else None)}))
     print(table.table(sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=60))
