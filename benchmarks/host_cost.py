@@ -8,7 +8,9 @@ computes, so this counts them where no GPU is needed: the model's real layers (r
 from the shape's config, ``--layers`` of them), LoRA r=16 on every projection, bf16 weights
 under bf16 autocast, gradient checkpointing as under a cap; one forward and backward of the
 backbone under a ``TorchDispatchMode`` that counts every ATen operator that writes a tensor
-(views, allocations and metadata are left out: they launch nothing). Counted per layer, for:
+(views, allocations and metadata are left out: they launch nothing), the step after a first
+step and an optimizer step (which makes ``lora_fused`` cast its weights again, as in the
+loop). Counted per layer, for:
 
 - ``peft``: peft's own ``lora.Linear.forward``;
 - ``fused``: each projection's update inside one matmul (``lora_fused``, ``group=False``);
@@ -16,8 +18,9 @@ backbone under a ``TorchDispatchMode`` that counts every ATen operator that writ
   a backward of our own (``lora_fused``, the loop's default);
 - ``reentrant``: ``grouped`` under the reentrant checkpoint (``grad_checkpointing.REENTRANT``).
 
-Then, at width 64 and 8 tokens (``--host-steps`` steps of an 8-layer model of the same
-architecture), each one's median wall time a layer on one CPU thread: with next to nothing
+Then, at width 64 and 8 tokens (an 8-layer model of the same architecture, the variants taking
+turns for 3 rounds of ``--host-steps`` steps), each one's median wall time a layer on one CPU
+thread: with next to nothing
 to compute, what its operators and the Python around them cost the host, which is what
 bounds a small model's step on a GPU. It prints the ratios, and checks that each one's bf16
 gradients are as close to peft's fp32 ones as peft's bf16 gradients are (exit 1 otherwise).
@@ -48,8 +51,29 @@ LAUNCH_NOTHING = ("detach", "lift_fresh", "empty", "empty_like", "empty_strided"
                   "new_empty_strided")
 
 
+def _forward_backward(model, ids, probe=None):
+    import torch
+
+    hidden = model.get_base_model().model(input_ids=ids, use_cache=False).last_hidden_state
+    if probe is None:
+        probe = torch.ones(())
+    loss = (hidden.float() * probe).mean()
+    loss.backward()
+    return loss
+
+
+def _no_op_step(model) -> None:
+    """An optimizer step that changes no weight: what tells ``lora_fused`` the weights may have
+    changed (its casts are made again), as the loop's AdamW step does."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    torch.optim.SGD(params, lr=0.0).step()
+
+
 def count_step(model, ids, forward: str, bf16: bool = True) -> tuple[Counter, float, dict]:
-    """Operators of one forward + backward of the backbone; its loss and LoRA gradients."""
+    """Operators of one forward + backward of the backbone, a steady step (after one step and
+    an optimizer step); its loss and LoRA gradients."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -67,16 +91,19 @@ def count_step(model, ids, forward: str, bf16: bool = True) -> tuple[Counter, fl
                 self.ops[func.overloadpacket.__name__] += 1
             return out
 
-    model.zero_grad(set_to_none=True)
-    fuse = _lora_forward(model, forward)
+    # A fixed random direction: the final norm makes the mean square ~1 whatever the weights,
+    # which would leave gradients of bf16 noise alone to compare.
+    probe = torch.randn((*ids.shape, model.get_base_model().config.hidden_size),
+                        generator=torch.Generator().manual_seed(1))
+    bf16_autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
     counter = Count()
-    with fuse, torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16), counter:
-        hidden = model.get_base_model().model(input_ids=ids, use_cache=False).last_hidden_state
-        # A fixed random direction: the final norm makes the mean square ~1 whatever the
-        # weights, which would leave gradients of bf16 noise alone to compare.
-        probe = torch.randn(hidden.shape, generator=torch.Generator().manual_seed(1))
-        loss = (hidden.float() * probe).mean()
-        loss.backward()
+    with _lora_forward(model, forward):
+        with bf16_autocast:
+            _forward_backward(model, ids, probe)
+        _no_op_step(model)
+        model.zero_grad(set_to_none=True)
+        with bf16_autocast, counter:
+            loss = _forward_backward(model, ids, probe)
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return counter.ops, loss.item(), grads
 
@@ -122,26 +149,33 @@ def lora_model(shape, layers: int, reentrant: bool, hidden: int | None = None):
     return model
 
 
-def host_time(shape, variant: str, steps: int) -> float:
-    """Median seconds a layer of a step at width 64 and 8 tokens: what the operators and the
-    Python around them cost the host, with next to nothing to compute."""
+def host_times(shape, steps: int, rounds: int = 3) -> dict[str, float]:
+    """Each variant's median seconds a layer of a step at width 64 and 8 tokens: what the
+    operators and the Python around them cost the host, with next to nothing to compute. The
+    variants take turns, ``steps`` steps each a round, so that a drift of the machine's speed
+    falls on all of them."""
+    from contextlib import ExitStack
+
     import torch
 
-    forward, reentrant = VARIANTS[variant]
     layers = 8
-    model = lora_model(shape, layers, reentrant, hidden=64)
+    models = {v: lora_model(shape, layers, reentrant, hidden=64)
+              for v, (_, reentrant) in VARIANTS.items()}
     ids = torch.randint(0, 1024, (1, 8))
-    fuse = _lora_forward(model, forward)
-    times = []
-    with fuse:
-        for _ in range(steps + 5):  # the first 5 warm the allocator and the caches up
-            start = time.perf_counter()
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                hidden = model.get_base_model().model(input_ids=ids,
-                                                      use_cache=False).last_hidden_state
-            hidden.float().sum().backward()
-            times.append(time.perf_counter() - start)
-    return statistics.median(times[5:]) / layers
+    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    with ExitStack() as stack:
+        for v, (forward, _) in VARIANTS.items():
+            stack.enter_context(_lora_forward(models[v], forward))
+        for turn in range(rounds + 1):  # the first round warms allocators and caches up
+            for v, model in models.items():
+                for _ in range(steps):
+                    start = time.perf_counter()
+                    with torch.autocast("cpu", dtype=torch.bfloat16):
+                        _forward_backward(model, ids)
+                    if turn:
+                        times[v].append(time.perf_counter() - start)
+                    _no_op_step(model)  # outside the time: the same for every variant
+    return {v: statistics.median(t) / layers for v, t in times.items()}
 
 
 def main() -> None:
@@ -150,8 +184,9 @@ def main() -> None:
                         default="qwen2.5-0.5b")
     parser.add_argument("--layers", type=int, default=2, help="layers built (counts are per layer)")
     parser.add_argument("--tokens", type=int, default=256, help="tokens in the one row")
-    parser.add_argument("--host-steps", type=int, default=30,
-                        help="steps timed for the host-time column (0: no timing)")
+    parser.add_argument("--host-steps", type=int, default=10,
+                        help="steps a variant times in each of 3 rounds for the host-time "
+                             "column (0: no timing)")
     parser.add_argument("--verbose", action="store_true", help="every operator's count")
     args = parser.parse_args()
     if args.layers < 1 or args.tokens < 2:
@@ -172,8 +207,8 @@ def main() -> None:
           "forward + recompute + backward:")
     base_count = sum(results["peft"][0].values()) / args.layers
     torch.set_num_threads(1)  # the host's own cost: no thread pool to wake for tiny tensors
-    hosts = {v: host_time(SHAPES[args.shape], v, args.host_steps) if args.host_steps else 0.0
-             for v in VARIANTS}
+    hosts = (host_times(SHAPES[args.shape], args.host_steps) if args.host_steps
+             else dict.fromkeys(VARIANTS, 0.0))
     errors = {}
     for name, (ops, _loss, grads) in results.items():
         per_layer = sum(ops.values()) / args.layers

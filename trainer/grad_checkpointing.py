@@ -19,7 +19,7 @@ The non-reentrant one (the default) recomputes through saved-tensor hooks, a Pyt
 every tensor a layer saves. The reentrant one is an autograd Function that saves the layer's
 inputs and, in backward, runs the layer's forward and backward again inside it, as Unsloth's
 offloaded checkpointing does: on a CPU at a width where the host's cost is all there is, a
-Qwen2 layer took 0.88x the host time (``benchmarks/host_cost.py``). It needs the
+Qwen2 layer took 0.87-0.89x the host time (``benchmarks/host_cost.py``). It needs the
 embeddings' output to require grad, which costs a backward through the first layer's frozen
 weights and breaks a compiled body's graph. Which is faster on a GPU is measured by
 ``peer_trainers.py``'s ``ours-offload-reentrant``, not yet run (docs/benchmarks.md).
