@@ -54,9 +54,9 @@ class _Plan:
     It also keeps the members' LoRA weights in the matmul dtype, concatenated: ``a`` (sum of
     ranks, in) and each member's ``B^T`` (a view of one concatenated ``b``). They are made again
     after every optimizer step (:func:`fused` clears them then: the fused AdamW writes the
-    weights without bumping their version), after any other in-place change, or for another
-    dtype, so the recompute of a checkpointed layer reuses the forward's copies instead of
-    casting every weight again. Never kept while a CUDA graph is captured: its replays must
+    weights without bumping their version) and after any other in-place change, so the
+    recompute of a checkpointed layer reuses the forward's copies instead of casting every
+    weight again. Never kept while a CUDA graph is captured: its replays must
     cast the weights the optimizer has changed since.
     """
 
