@@ -16,7 +16,9 @@ one matmul for all their ``x A^T``, and a backward of our own (:class:`_LoRAGrou
 every input gradient into one buffer and makes the group's A gradients in one matmul, where
 autograd's generic backward scales, casts and adds each projection's pieces apart. The bf16
 copies of the fp32 LoRA weights are made once a step and reused by the recompute of gradient
-checkpointing (:class:`_Plan`). ``benchmarks/host_cost.py`` counts the operators.
+checkpointing (:class:`_Plan`). A frozen base, plain or 4-bit, is multiplied inside the same
+call (:class:`_Base`), so its input gradient needs no sum of its own either.
+``benchmarks/host_cost.py`` counts the operators.
 
 Only while the loop trains under bf16 autocast (``build.Training.lora_inputs_uncast``), and only
 for plain LoRA (one active adapter, no dropout, not merged, no DoRA or other variant, no
@@ -63,9 +65,9 @@ class _Plan:
     a_weights: list[torch.Tensor]
     b_weights: list[torch.Tensor]
     scalings: list[float]
-    bases: list[tuple[torch.Tensor, torch.Tensor | None]] | None
-    """Each member's frozen (weight, bias), when the base matmuls run inside the group's own
-    call; None when each member's base output is an input (4-bit and other base layers)."""
+    bases: list[_Base] | None
+    """Each member's frozen base, when the base matmuls run inside the group's own call;
+    None when each member's base output is an input (base layers of other kinds)."""
     dtype: torch.dtype
     ranks: list[slice] = field(init=False)
     """Each member's columns of ``x A^T`` (its rows of ``a``)."""
@@ -97,6 +99,51 @@ class _Plan:
         return a, b_t
 
 
+@dataclass(eq=False)
+class _Base:
+    """A frozen base projection the group's call multiplies by itself: a plain ``nn.Linear``
+    already in the matmul dtype, or bitsandbytes' 4-bit one, dequantised for each use (forward,
+    recompute, backward) as bitsandbytes' own matmul does. Inside the call, its input gradient
+    is added into the group's one buffer by the matmul, not by a separate full-width sum."""
+
+    layer: torch.nn.Module
+    dtype: torch.dtype
+
+    @classmethod
+    def of(cls, layer: torch.nn.Module, dtype: torch.dtype) -> _Base | None:
+        weight, bias = layer.weight, layer.bias
+        if weight.requires_grad or (bias is not None and (
+                bias.requires_grad or bias.dtype != dtype)):
+            return None
+        if type(layer) is torch.nn.Linear:
+            return cls(layer, dtype) if weight.dtype == dtype else None
+        if _is_4bit(layer) and getattr(weight, "quant_state", None) is not None:
+            return cls(layer, dtype)
+        return None
+
+    def weight(self) -> torch.Tensor:
+        """(out, in) in the matmul dtype."""
+        weight = self.layer.weight
+        if type(self.layer) is torch.nn.Linear:
+            return weight
+        from bitsandbytes.functional import dequantize_4bit
+
+        return dequantize_4bit(weight.data, weight.quant_state).to(self.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = self.layer.bias
+        weight = self.weight()
+        return torch.mm(x, weight.t()) if bias is None else torch.addmm(bias, x, weight.t())
+
+
+def _is_4bit(layer: torch.nn.Module) -> bool:
+    try:
+        from bitsandbytes.nn import Linear4bit
+    except ImportError:  # bitsandbytes not installed: no 4-bit layers either
+        return False
+    return type(layer) is Linear4bit
+
+
 def _slices(sizes: list[int]) -> list[slice]:
     ends = [sum(sizes[:i + 1]) for i in range(len(sizes))]
     return [slice(end - size, end) for size, end in zip(sizes, ends, strict=True)]
@@ -121,12 +168,7 @@ class _LoRAGroup(torch.autograd.Function):
         low = x @ a.t()  # every member's x A^T, in one matmul
         outs = []
         for i, cols in enumerate(plan.ranks):
-            if plan.bases is None:
-                base = tensors[2 * n + i]
-            else:
-                weight, bias = plan.bases[i]
-                base = (torch.mm(x, weight.t()) if bias is None
-                        else torch.addmm(bias, x, weight.t()))
+            base = tensors[2 * n + i] if plan.bases is None else plan.bases[i].forward(x)
             outs.append(torch.addmm(base, low[:, cols], b_t[i], alpha=plan.scalings[i]))
         ctx.plan, ctx.a, ctx.b_t = plan, a, b_t
         ctx.save_for_backward(x, low)
@@ -154,8 +196,9 @@ class _LoRAGroup(torch.autograd.Function):
             torch.addmm(b_rows, grad.t(), low[:, plan.ranks[i]], beta=0, alpha=scaling,
                         out=b_rows)
             if x_needed and plan.bases is not None:
-                weight = plan.bases[i][0]
+                weight = plan.bases[i].weight()
                 x_grad = grad @ weight if x_grad is None else x_grad.addmm_(grad, weight)
+                del weight  # a dequantised 4-bit weight: gone before the next one is made
         a_grad = (u_t @ x).float()
         b_grad = b_grad.float()
         if x_needed:
@@ -204,8 +247,8 @@ class Group:
     def _compute(self, members: tuple[int, ...], name: str, x: torch.Tensor
                  ) -> list[torch.Tensor]:
         """The members' outputs for ``x``: their base matmuls inside the group's call where
-        each base is a frozen ``nn.Linear`` in the matmul dtype already, before it otherwise
-        (a 4-bit base dequantises in its own call; an fp32 base is cast by autocast)."""
+        every base is a :class:`_Base`, before it otherwise (through each base layer's own
+        forward: an fp32 base under autocast, say)."""
         device_type = x.device.type
         dtype = (torch.get_autocast_dtype(device_type)
                  if torch.is_autocast_enabled(device_type) else None)
@@ -225,17 +268,15 @@ class Group:
 
     def _plan(self, members: tuple[int, ...], name: str, x: torch.Tensor) -> _Plan:
         layers = [self.layers[i] for i in members]
-        bases = [layer.base_layer for layer in layers]
-        linear = all(type(base) is torch.nn.Linear and not base.weight.requires_grad
-                     and (base.bias is None or not base.bias.requires_grad) for base in bases)
-        dtype = matmul_dtype(x.device.type, bases[0].weight.dtype if linear else x.dtype)
-        inside = linear and all(base.weight.dtype == dtype and (
-            base.bias is None or base.bias.dtype == dtype) for base in bases)
+        base_layers = [layer.base_layer for layer in layers]
+        weights = [base.weight for base in base_layers]
+        plain = all(type(base) is torch.nn.Linear for base in base_layers)
+        dtype = matmul_dtype(x.device.type, weights[0].dtype if plain else x.dtype)
+        bases = [_Base.of(base, dtype) for base in base_layers]
         return _Plan(a_weights=[layer.lora_A[name].weight for layer in layers],
                      b_weights=[layer.lora_B[name].weight for layer in layers],
                      scalings=[float(layer.scaling[name]) for layer in layers],
-                     bases=[(base.weight, base.bias) for base in bases] if inside else None,
-                     dtype=dtype)
+                     bases=bases if None not in bases else None, dtype=dtype)
 
 
 def plain_adapter(layer: torch.nn.Module) -> str | None:
@@ -264,7 +305,7 @@ def lora_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The peft LoRA linear layers of ``model``: over a plain or a 4-bit (QLoRA) base layer.
 
     peft's 4-bit layer also clones the base output before adding to it ("defensively", against
-    an in-place add on a view); the fused sum adds nothing in place, so that full-width copy
+    an in-place add on a view); the group's call adds nothing in place, so that full-width copy
     goes too. Subclasses (FSDP2's, other quantisations) keep peft's forward.
     """
     from peft.tuners.lora import Linear

@@ -179,29 +179,15 @@ def test_a_tiled_mlp_trains_the_same_in_less_device_memory(tmp_path):
 def test_the_fused_lora_sum_gives_peft_gradients_on_the_gpu():
     """lora_fused's addmm under bf16 autocast on the GPU: peft's gradients within bf16
     rounding, on a GPT-2 shape with every projection LoRA-wrapped."""
-    from draslice.trainer import build, lora_fused
+    from draslice.trainer import build
 
     cfg = SFTConfig(bf16_weights=True, compile="off",
                     shape=ModelShape(n_layer=4, n_embd=256, seq_len=256))
     run = build.assemble(cfg, torch.device("cuda"), "bf16", log=lambda _line: None)
     run.model.train()
-    for layer in lora_fused.lora_layers(run.model):
-        for name in layer.lora_B:
-            torch.nn.init.normal_(layer.lora_B[name].weight, std=0.05)
     ids = torch.randint(0, cfg.shape.vocab_size, (8, 256), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(0))
-
-    def grads() -> dict[str, torch.Tensor]:
-        run.model.zero_grad()
-        with run.autocast:
-            loss = run.model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        return {n: p.grad.float().clone() for n, p in run.model.named_parameters()
-                if p.grad is not None}
-
-    peft_grads = grads()
-    with run.lora_inputs_uncast():
-        fused_grads = grads()
+    peft_grads, fused_grads = _peft_and_fused_grads(run, ids, b_std=0.05)
     for name, grad in peft_grads.items():
         torch.testing.assert_close(fused_grads[name], grad, rtol=5e-2, atol=5e-3, msg=name)
 
@@ -278,3 +264,50 @@ def test_grouped_lora_projections_give_peft_gradients_on_the_gpu(bf16_base):
     assert fused_grads.keys() == peft_grads.keys()
     for name, grad in peft_grads.items():
         torch.testing.assert_close(fused_grads[name], grad, rtol=5e-2, atol=5e-3, msg=name)
+
+
+def test_grouped_lora_over_a_4bit_base_gives_peft_gradients_on_the_gpu(tiny_llama, demo_data):
+    """QLoRA on the GPU: the NF4 base dequantised inside the groups' calls (lora_fused._Base),
+    peft's gradients within bf16 rounding, as on the CPU (test_lora_cast)."""
+    from draslice.trainer import build
+
+    cfg = SFTConfig(model_dir=str(tiny_llama), data=str(demo_data["chat"]), device="cuda",
+                    load_in_4bit=True, max_length=32)
+    run = build.assemble(cfg, torch.device("cuda"), "bf16", log=lambda _line: None)
+    run.model.train()
+    ids = torch.randint(0, 200, (2, 32), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(0))
+    plans: list = []
+    peft_grads, fused_grads = _peft_and_fused_grads(run, ids, b_std=0.1, plans=plans)
+    assert plans and all(plan.bases is not None for plan in plans)
+    assert fused_grads.keys() == peft_grads.keys()
+    distance = max((torch.linalg.norm(fused_grads[n] - g) / torch.linalg.norm(g)).item()
+                   for n, g in peft_grads.items())
+    assert distance < 5e-2
+
+
+def _peft_and_fused_grads(run, ids: torch.Tensor, b_std: float, plans: list | None = None
+                          ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The LoRA gradients of one step with peft's forward, then with lora_fused's (B drawn
+    non-zero first, so that every path has a gradient); ``plans`` gets the groups' plans."""
+    from draslice.trainer import lora_fused
+
+    layers = lora_fused.lora_layers(run.model)
+    for layer in layers:
+        for name in layer.lora_B:
+            torch.nn.init.normal_(layer.lora_B[name].weight, std=b_std)
+
+    def grads() -> dict[str, torch.Tensor]:
+        run.model.zero_grad()
+        with run.autocast:
+            loss = run.model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return {n: p.grad.float().clone() for n, p in run.model.named_parameters()
+                if p.grad is not None}
+
+    peft_grads = grads()
+    with run.lora_inputs_uncast():
+        fused_grads = grads()
+        if plans is not None:
+            plans += [plan for layer in layers for plan in layer.forward.group.plans.values()]
+    return peft_grads, fused_grads
