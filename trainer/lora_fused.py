@@ -222,23 +222,23 @@ class Group:
         self.pending_x: torch.Tensor | None = None
 
     def output(self, index: int, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        if self.pending_x is x and index in self.pending and not (args or kwargs):
+        layer = self.layers[index]
+        if args or kwargs:
+            return type(layer).forward(layer, x, *args, **kwargs)
+        if self.pending_x is x and index in self.pending:
             out = self.pending.pop(index)  # its leader checked it was plain LoRA
             if not self.pending:
                 self.pending_x = None
             return out
-        names = {plain_adapter(layer) for layer in self.layers}
-        if len(self.layers) > 1 and len(names) == 1 and None not in names and not (
-                args or kwargs):
-            outs = self._compute(tuple(range(len(self.layers))), names.pop(), x)
+        names = [plain_adapter(member) for member in self.layers]
+        if len(names) > 1 and None not in names and len(set(names)) == 1:
+            outs = self._compute(tuple(range(len(names))), names[0], x)
             self.pending = {i: out for i, out in enumerate(outs) if i != index}
             self.pending_x = x
             return outs[index]
-        layer = self.layers[index]
-        name = plain_adapter(layer)
-        if args or kwargs or name is None:
-            return type(layer).forward(layer, x, *args, **kwargs)
-        return self._compute((index,), name, x)[0]
+        if names[index] is None:
+            return type(layer).forward(layer, x)
+        return self._compute((index,), names[index], x)[0]
 
     def clear(self) -> None:
         for plan in self.plans.values():
@@ -249,9 +249,7 @@ class Group:
         """The members' outputs for ``x``: their base matmuls inside the group's call where
         every base is a :class:`_Base`, before it otherwise (through each base layer's own
         forward: an fp32 base under autocast, say)."""
-        device_type = x.device.type
-        dtype = (torch.get_autocast_dtype(device_type)
-                 if torch.is_autocast_enabled(device_type) else None)
+        dtype = matmul_dtype(x.device.type, x.dtype)
         plan = self.plans.get((members, name, dtype))
         if plan is None:
             plan = self.plans[members, name, dtype] = self._plan(members, name, x)
@@ -269,9 +267,8 @@ class Group:
     def _plan(self, members: tuple[int, ...], name: str, x: torch.Tensor) -> _Plan:
         layers = [self.layers[i] for i in members]
         base_layers = [layer.base_layer for layer in layers]
-        weights = [base.weight for base in base_layers]
         plain = all(type(base) is torch.nn.Linear for base in base_layers)
-        dtype = matmul_dtype(x.device.type, weights[0].dtype if plain else x.dtype)
+        dtype = matmul_dtype(x.device.type, base_layers[0].weight.dtype if plain else x.dtype)
         bases = [_Base.of(base, dtype) for base in base_layers]
         return _Plan(a_weights=[layer.lora_A[name].weight for layer in layers],
                      b_weights=[layer.lora_B[name].weight for layer in layers],

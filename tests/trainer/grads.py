@@ -29,10 +29,10 @@ def checkpointed_base(shape: ModelShape) -> torch.nn.Module:
     return model
 
 
-def checkpointed_qwen2(layers: int) -> torch.nn.Module:
+def qwen2_lora(layers: int) -> torch.nn.Module:
     """A small random Qwen2 (the architecture the slice benchmarks tune) in training mode with
-    the loop's gradient checkpointing and LoRA on every projection, B non-zero so that every
-    LoRA weight gets a gradient."""
+    LoRA on every projection, B non-zero so that every LoRA weight gets a gradient; the same
+    weights every call."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from draslice.trainer.model import wrap_lora
@@ -48,5 +48,20 @@ def checkpointed_qwen2(layers: int) -> torch.nn.Module:
             if "lora_B" in name:
                 torch.nn.init.normal_(param, std=0.1)
     base.train()
-    grad_checkpointing.enable(base)
     return model
+
+
+def checkpointed_qwen2(layers: int) -> torch.nn.Module:
+    """:func:`qwen2_lora` with the loop's gradient checkpointing."""
+    model = qwen2_lora(layers)
+    grad_checkpointing.enable(model.get_base_model())
+    return model
+
+
+def largest_relative_distance(grads: dict[str, torch.Tensor],
+                              reference: dict[str, torch.Tensor]) -> float:
+    """The largest ``|g - ref| / |ref|`` (Frobenius) over the reference's gradients: one
+    figure for how far a whole set of gradients is, where elementwise tolerances at bf16's
+    rounding would let a small systematic error through."""
+    return max((torch.linalg.norm(grads[n].float() - g.float()) / torch.linalg.norm(g.float()))
+               .item() for n, g in reference.items())

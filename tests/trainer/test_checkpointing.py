@@ -9,7 +9,7 @@ import torch
 from draslice.trainer import grad_checkpointing
 from draslice.trainer.config import ModelShape
 from draslice.trainer.model import build_base, wrap_lora
-from tests.trainer.grads import param_grads
+from tests.trainer.grads import param_grads, qwen2_lora
 
 
 def _lora_grads(checkpointed: bool, ids: torch.Tensor) -> tuple[dict, torch.nn.Module]:
@@ -45,26 +45,15 @@ def test_the_reentrant_kind_keeps_every_lora_gradient_with_the_grouped_forward(m
     """grad_checkpointing.REENTRANT (the A/B of benchmarks' ours-offload-reentrant): a Qwen2
     with lora_fused's groups, checkpointed either way, gets the unchecked model's gradients,
     the first layer's included (the embeddings' output requires grad for the reentrant kind)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     from draslice.trainer import lora_fused
 
     ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
 
     def grads(kind: bool | None) -> dict[str, torch.Tensor]:
-        torch.manual_seed(0)
-        base = Qwen2ForCausalLM(Qwen2Config(
-            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32))
-        model = wrap_lora(base, 4, 8, 0.0,
-                          "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                torch.nn.init.normal_(param, std=0.1, generator=torch.Generator().manual_seed(1))
+        model = qwen2_lora(layers=2)
         if kind is not None:
             monkeypatch.setattr(grad_checkpointing, "REENTRANT", kind)
-            grad_checkpointing.enable(base)
-        model.train()
+            grad_checkpointing.enable(model.get_base_model())
         with lora_fused.fused(model):
             model(input_ids=ids, labels=ids).loss.backward()
         return param_grads(model)
