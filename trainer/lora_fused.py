@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 # A member called with another input computes alone (:meth:`Group.output`): grouping is only
 # ever an optimisation.
 SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+# torch's matmul that writes fp32 from bf16 inputs (CUDA only; torch >= 2.8).
+_MM_OUT_DTYPE = "dtype" in torch.ops.aten.mm.overloads()
 
 
 @dataclass(eq=False)
@@ -182,12 +184,7 @@ class _LoRAGroup(torch.autograd.Function):
         # u^T = s B^T g^T for every member, stacked: the gradient of x A^T, transposed, so that
         # each member's rows are one contiguous block (the matmul writes it in place).
         u_t = x.new_empty(low.shape[1], x.shape[0])
-        # On CUDA the weight gradients' matmuls write fp32 themselves (their accumulators are
-        # fp32 anyway): two casts a call fewer, and no rounding to bf16 on the way.
-        fp32_out = x.is_cuda and x.dtype in (torch.bfloat16, torch.float16)
-        b_grad = x.new_empty(plan.outs[-1].stop, low.shape[1] // len(plan.ranks),
-                             dtype=torch.float32 if fp32_out else x.dtype)
-        b_kwargs = {"out_dtype": torch.float32} if fp32_out else {}
+        b_grad = x.new_empty(plan.outs[-1].stop, low.shape[1] // len(plan.ranks))
         x_grad = None
         for i, grad in enumerate(grads):
             u_rows, b_rows = u_t[plan.ranks[i]], b_grad[plan.outs[i]]
@@ -199,12 +196,17 @@ class _LoRAGroup(torch.autograd.Function):
             scaling = plan.scalings[i]  # applied in the matmuls' accumulators
             torch.addmm(u_rows, ctx.b_t[i], grad.t(), beta=0, alpha=scaling, out=u_rows)
             torch.addmm(b_rows, grad.t(), low[:, plan.ranks[i]], beta=0, alpha=scaling,
-                        out=b_rows, **b_kwargs)
+                        out=b_rows)
             if x_needed and plan.bases is not None:
                 weight = plan.bases[i].weight()
                 x_grad = grad @ weight if x_grad is None else x_grad.addmm_(grad, weight)
                 del weight  # a dequantised 4-bit weight: gone before the next one is made
-        a_grad = torch.mm(u_t, x, out_dtype=torch.float32) if fp32_out else (u_t @ x).float()
+        # On CUDA the A gradients' matmul writes fp32 itself (its accumulator is fp32): one
+        # cast a call fewer. (The B gradients' addmm cannot: with out_dtype, torch 2.11's
+        # CUDA addmm wants its bf16 input as the sum's ``self``.)
+        a_grad = (torch.mm(u_t, x, out_dtype=torch.float32)
+                  if _MM_OUT_DTYPE and x.is_cuda and x.dtype in (torch.bfloat16, torch.float16)
+                  else (u_t @ x).float())
         b_grad = b_grad.float()
         if x_needed:
             x_grad = u_t.t() @ ctx.a if x_grad is None else x_grad.addmm_(u_t.t(), ctx.a)
