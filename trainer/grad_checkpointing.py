@@ -21,8 +21,10 @@ inputs and, in backward, runs the layer's forward and backward again inside it, 
 offloaded checkpointing does: on a CPU at a width where the host's cost is all there is, a
 Qwen2 layer took 0.87-0.89x the host time (``benchmarks/host_cost.py``). It needs the
 embeddings' output to require grad, which costs a backward through the first layer's frozen
-weights and breaks a compiled body's graph. Which is faster on a GPU is measured by
-``peer_trainers.py``'s ``ours-offload-reentrant``, not yet run (docs/benchmarks.md).
+weights and breaks a compiled body's graph. On an H100 (docs/benchmarks.md, run M) it made
+the offloaded step 1.04-1.08x faster where the step is bound by launching kernels
+(Qwen2.5-0.5B in a 5.75 GiB slice) and no faster at 1.5B or at the 7B QLoRA shape, where it
+held 0.32-0.54 GiB more at the peak: so it stays off.
 """
 
 
