@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 # A member called with another input computes alone (:meth:`Group.output`): grouping is only
 # ever an optimisation.
 SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
-# torch's matmul that writes fp32 from bf16 inputs (CUDA only; torch >= 2.8).
+# Whether this torch has the matmul that writes fp32 from bf16 inputs (``mm.dtype``, CUDA only).
 _MM_OUT_DTYPE = "dtype" in torch.ops.aten.mm.overloads()
 
 
@@ -202,8 +202,8 @@ class _LoRAGroup(torch.autograd.Function):
                 x_grad = grad @ weight if x_grad is None else x_grad.addmm_(grad, weight)
                 del weight  # a dequantised 4-bit weight: gone before the next one is made
         # On CUDA the A gradients' matmul writes fp32 itself (its accumulator is fp32): one
-        # cast a call fewer. (The B gradients' addmm cannot: with out_dtype, torch 2.11's
-        # CUDA addmm wants its bf16 input as the sum's ``self``.)
+        # cast a call fewer. (The B gradients' addmm keeps its cast: torch's CUDA addmm with
+        # out_dtype, as read in its source, checks that the sum's ``self`` has the inputs' dtype.)
         a_grad = (torch.mm(u_t, x, out_dtype=torch.float32)
                   if _MM_OUT_DTYPE and x.is_cuda and x.dtype in (torch.bfloat16, torch.float16)
                   else (u_t @ x).float())
