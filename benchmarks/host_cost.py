@@ -16,7 +16,7 @@ loop). Counted per layer, for:
 - ``fused``: each projection's update inside one matmul (``lora_fused``, ``group=False``);
 - ``grouped``: that, with the projections reading one input (q/k/v, gate/up) in one call and
   a backward of our own (``lora_fused``, the loop's default);
-- ``reentrant``: ``grouped`` under the reentrant checkpoint (``grad_checkpointing.REENTRANT``).
+- ``reentrant``: ``grouped`` under torch's reentrant checkpoint.
 
 Then, at width 64 and 8 tokens (an 8-layer model of the same architecture, the variants taking
 turns for 3 rounds of ``--host-steps`` steps), each one's median wall time a layer on one CPU
@@ -139,12 +139,7 @@ def lora_model(shape, layers: int, reentrant: bool, hidden: int | None = None):
         if p.requires_grad:  # peft's B starts at zero: its gradient paths would hide errors
             p.data = (torch.randn_like(p, dtype=torch.float32) * 0.02
                       if "lora_B" in name else p.data.float())
-    kind = grad_checkpointing.REENTRANT
-    grad_checkpointing.REENTRANT = reentrant  # read as enable() sets the layers up
-    try:
-        grad_checkpointing.enable(base)
-    finally:
-        grad_checkpointing.REENTRANT = kind
+    grad_checkpointing.enable(base, reentrant)
     model.train()
     return model
 

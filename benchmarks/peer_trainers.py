@@ -25,8 +25,10 @@ Peers, each in a fresh process per (peer, cap group):
   ``trainer/lora_fused.py``'s one-matmul sum (what that change is worth, in one call);
 - ``ours-offload-single``: ``ours-offload`` with every LoRA projection computed alone
   (``lora_fused``'s ``group=False``: what computing q/k/v and gate/up in one call is worth);
-- ``ours-offload-reentrant``: ``ours-offload`` under torch's reentrant checkpoint
-  (``grad_checkpointing.REENTRANT``: less host time a layer on a CPU, ``host_cost.py``);
+- ``ours-offload-reentrant`` / ``ours-offload-hooks``: ``ours-offload`` under torch's
+  reentrant checkpoint, or its non-reentrant one (saved-tensor hooks), whatever the model
+  (``grad_checkpointing.REENTRANT``; the loop's own choice, ``grad_checkpointing.choose``, takes
+  the reentrant kind up to hidden size 1,024);
 - ``ours-offload-chunks``: ``ours-offload`` with the loss through the head in
   ``trainer/loss.py``'s compiled chunks instead of Liger's fused linear cross-entropy;
 - ``ours-offload-compile``: ``ours-offload`` with ``compile="default"`` (inductor compiles each
@@ -100,7 +102,7 @@ class Ours:
     compile: str = "auto"
     peft_forward: bool = False  # peft's own LoRA forward, not trainer/lora_fused.py's
     lora_groups: bool = True  # lora_fused's q/k/v and gate/up in one call each
-    reentrant: bool = False  # grad_checkpointing.REENTRANT: torch's reentrant checkpoint
+    reentrant: bool | None = None  # grad_checkpointing.REENTRANT (None: the loop chooses)
     chunked_loss: bool = False  # loss.py's compiled chunks, not Liger's fused linear CE
 
 
@@ -116,6 +118,8 @@ OURS = {
                                 offload=True, lora_groups=False),
     "ours-offload-reentrant": Ours("draslice SFT loop + offload_activations, reentrant "
                                    "checkpoint", offload=True, reentrant=True),
+    "ours-offload-hooks": Ours("draslice SFT loop + offload_activations, non-reentrant "
+                               "checkpoint", offload=True, reentrant=False),
     "ours-offload-chunks": Ours("draslice SFT loop + offload_activations, loss.py's chunks",
                                 offload=True, chunked_loss=True),
     "ours-offload-compile": Ours("draslice SFT loop + offload_activations, compile=default",

@@ -10,8 +10,9 @@ random-init model, packed rows, LoRA and cap; gradient checkpointing under a cap
 cuDNN plans left out), the host and device time and the kernel launches a step, the operators
 with the most of each, then the same by input shape (which tensors the copies and casts are
 of). A step whose device time is well below its wall time is waiting on the host: the host
-table says on what. ``--single`` and ``--reentrant`` turn the switches of ``peer_trainers``'
-``ours-offload-single`` and ``ours-offload-reentrant``, for their launches side by side.
+table says on what. ``--single`` and ``--checkpoint`` turn the switches of ``peer_trainers``'
+``ours-offload-single``, ``ours-offload-reentrant`` and ``ours-offload-hooks``, for their
+launches side by side.
 """
 
 from __future__ import annotations
@@ -47,8 +48,10 @@ def main() -> None:
                              "compiles each layer inside its checkpoint")
     parser.add_argument("--single", action="store_true",
                         help="every LoRA projection alone (lora_fused's group=False)")
-    parser.add_argument("--reentrant", action="store_true",
-                        help="torch's reentrant checkpoint (grad_checkpointing.REENTRANT)")
+    parser.add_argument("--checkpoint", choices=("auto", "reentrant", "hooks"), default="auto",
+                        help="torch's reentrant checkpoint or its non-reentrant one (saved-"
+                             "tensor hooks) whatever the model; auto: the loop's choice "
+                             "(grad_checkpointing.choose)")
     parser.add_argument("--skip", type=int, default=3, help="steps before the profiled ones")
     parser.add_argument("--active", type=int, default=3, help="steps profiled")
     parser.add_argument("--rows", type=int, default=25, help="operators per table")
@@ -81,7 +84,8 @@ def main() -> None:
             if line.startswith("{'loss'"):  # a step's line (loglines.step_loss)
                 prof.step()
 
-        use_switches(Ours("profiled", lora_groups=not args.single, reentrant=args.reentrant))
+        kind = {"auto": None, "reentrant": True, "hooks": False}[args.checkpoint]
+        use_switches(Ours("profiled", lora_groups=not args.single, reentrant=kind))
         train_ours(ctx, args.batch, CAPS[args.cap] > 0, clock, offload=args.offload,
                     tile=args.tile, compile=args.compile, on_line=on_line)
     table = prof.key_averages()

@@ -112,7 +112,9 @@ def assemble(cfg: SFTConfig, device: torch.device, precision: str,
     cfg = replace(cfg, lora_targets=resolve_targets(base, cfg.lora_targets))
     model = wrap_lora(base, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets)
     if cfg.gradient_checkpointing:  # on the base, which LoRA wrapped in place
-        grad_checkpointing.enable(base)
+        reentrant = grad_checkpointing.choose(base, eager=speed_mode not in speed.INDUCTOR_MODES)
+        grad_checkpointing.enable(base, reentrant)
+        log(loglines.checkpointed(reentrant))
         if cfg.offload_activations:  # on a CPU the activations are in host memory already
             layers = offload.enable(base) if device.type == "cuda" else 0
             log(loglines.offloaded(layers, device.type))

@@ -12,32 +12,54 @@ from contextlib import suppress
 
 import torch
 
-REENTRANT = False
-"""Which of torch's two checkpoints every layer (and ``offload``'s) uses.
+REENTRANT: bool | None = None
+"""Which of torch's two checkpoints every layer (and ``offload``'s) uses; ``None`` (the
+default): :func:`choose` decides by the model.
 
-The non-reentrant one (the default) recomputes through saved-tensor hooks, a Python call for
-every tensor a layer saves. The reentrant one is an autograd Function that saves the layer's
-inputs and, in backward, runs the layer's forward and backward again inside it, as Unsloth's
-offloaded checkpointing does: on a CPU at a width where the host's cost is all there is, a
-Qwen2 layer took 0.87-0.89x the host time (``benchmarks/host_cost.py``). It needs the
-embeddings' output to require grad, which costs a backward through the first layer's frozen
-weights and breaks a compiled body's graph. On an H100 (docs/benchmarks.md, run M) it made
-the offloaded step 1.04-1.08x faster where the step is bound by launching kernels
-(Qwen2.5-0.5B in a 5.75 GiB slice) and no faster at 1.5B or at the 7B QLoRA shape, where it
-held 0.32-0.54 GiB more at the peak: so it stays off.
+The non-reentrant one recomputes through saved-tensor hooks, a Python call for every tensor a
+layer saves. The reentrant one is an autograd Function that saves the layer's inputs and, in
+backward, runs the layer's forward and backward again inside it, as Unsloth's offloaded
+checkpointing does: on a CPU at a width where the host's cost is all there is, a Qwen2 layer
+took 0.87-0.89x the host time (``benchmarks/host_cost.py``). It needs the embeddings' output to
+require grad, which costs a backward through the first layer's frozen weights and breaks a
+compiled body's graph. On an H100 (docs/benchmarks.md, run M) it made the offloaded step
+1.04-1.08x faster where the step is bound by launching kernels (Qwen2.5-0.5B, hidden size 896,
+in a 5.75 GiB slice, +0.03 GiB at the peak) and no faster at 1.5B (hidden size 1,536) or at the
+7B QLoRA shape, where it held 0.32-0.54 GiB more at the peak.
 """
 
+LAUNCH_BOUND_WIDTH = 1024
+"""Up to this hidden size :func:`choose` takes the reentrant checkpoint: run M's 0.5B (896) was
+bound by launching kernels, its 1.5B (1,536) was not."""
 
-def enable(base: torch.nn.Module) -> None:
-    """Gradient checkpointing of every layer (:data:`REENTRANT` says which kind), by the name
-    the installed transformers has for it (``activation_checkpointing_enable`` since 5.x; the
-    old name now warns that v6 removes it)."""
-    kwargs = {"use_reentrant": REENTRANT}
+
+def choose(base: torch.nn.Module, eager: bool) -> bool:
+    """Whether ``base``'s checkpoints are the reentrant kind: :data:`REENTRANT` where set, else
+    only where it was measured faster and no bigger, a model of hidden size up to
+    :data:`LAUNCH_BOUND_WIDTH` in an ``eager`` (not inductor-compiled) single-process run.
+    Under DDP or FSDP the non-reentrant kind stays: a reentrant backward runs inside another
+    backward, which DDP supports only with ``static_graph`` (not set by the loop) and FSDP2's
+    hooks were not checked with.
+    """
+    if REENTRANT is not None:
+        return REENTRANT
+    width = getattr(getattr(base, "config", None), "hidden_size", None)
+    if not (eager and isinstance(width, int) and width <= LAUNCH_BOUND_WIDTH):
+        return False
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    return not (distributed and torch.distributed.get_world_size() > 1)
+
+
+def enable(base: torch.nn.Module, reentrant: bool = False) -> None:
+    """Gradient checkpointing of every layer (``reentrant``: which kind, :func:`choose`), by
+    the name the installed transformers has for it (``activation_checkpointing_enable`` since
+    5.x; the old name now warns that v6 removes it)."""
+    kwargs = {"use_reentrant": reentrant}
     if hasattr(base, "activation_checkpointing_enable"):
         base.activation_checkpointing_enable(kwargs)  # its first parameter: the kwargs
     else:
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    if REENTRANT:  # it needs the embeddings' output to require grad (transformers' hook)
+    if reentrant:  # it needs the embeddings' output to require grad (transformers' hook)
         return
     # transformers also makes the embeddings' output require grad, which the reentrant kind
     # needs and the non-reentrant one does not: kept, it costs a backward through the first
@@ -45,6 +67,13 @@ def enable(base: torch.nn.Module) -> None:
     # requires_grad_). Older transformers raise AttributeError when no hook was added.
     with suppress(AttributeError):
         base.disable_input_require_grads()
+
+
+def reentrant(module: torch.nn.Module) -> bool:
+    """The kind :func:`enable` gave a flagged ``module``: transformers keeps the kwargs in the
+    ``functools.partial`` it sets as the module's checkpoint function."""
+    keywords = getattr(module._gradient_checkpointing_func, "keywords", {})
+    return bool(keywords.get("use_reentrant", False))
 
 
 def flagged(model: torch.nn.Module) -> list[torch.nn.Module]:

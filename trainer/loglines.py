@@ -46,6 +46,12 @@ def offloaded(layers: int, device_type: str = "cuda") -> str:
     return f"[slice] activations offloaded to host memory: {layers} checkpointed layers"
 
 
+def checkpointed(reentrant: bool) -> str:
+    kind = ("reentrant (a small model's step is bound by launching kernels)" if reentrant
+            else "non-reentrant")
+    return f"[slice] gradient checkpointing: {kind}"
+
+
 def tiled(mlps: int) -> str:
     return f"[slice] MLP run in tiles of tokens: {mlps} layers"
 

@@ -28,6 +28,7 @@ layer shares stay put; the GPU host's transformers (5.17) may not have it either
 from __future__ import annotations
 
 import weakref
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -150,15 +151,15 @@ def _unpack(packed) -> torch.Tensor:
     return packed.take()
 
 
-def offloaded_checkpoint(function: Callable, *args, **kwargs):
-    """``torch.utils.checkpoint.checkpoint`` (of ``grad_checkpointing.REENTRANT``'s kind) with
-    the saved inputs on the host."""
+def offloaded_checkpoint(function: Callable, *args, use_reentrant: bool = False, **kwargs):
+    """``torch.utils.checkpoint.checkpoint`` (of the kind ``grad_checkpointing.choose`` took)
+    with the saved inputs on the host."""
     global _calling, _last
     layer = _Layer(_last() if _last is not None else None)
     _calling, _last = layer, weakref.ref(layer)
     try:
         with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
-            return checkpoint(function, *args, use_reentrant=grad_checkpointing.REENTRANT,
+            return checkpoint(function, *args, use_reentrant=use_reentrant,
                               **kwargs)
     finally:
         _calling = None
@@ -168,5 +169,6 @@ def enable(model: torch.nn.Module) -> int:
     """Make every checkpointed layer of a Hugging Face ``model`` (checkpointing already on)
     offload its saved input; returns how many layers now do."""
     for module in grad_checkpointing.flagged(model):
-        module._gradient_checkpointing_func = offloaded_checkpoint
+        module._gradient_checkpointing_func = partial(
+            offloaded_checkpoint, use_reentrant=grad_checkpointing.reentrant(module))
     return len(grad_checkpointing.layers(model))

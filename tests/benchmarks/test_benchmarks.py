@@ -363,11 +363,12 @@ def test_profile_step_profiles_only_the_steps_after_the_skipped_ones(tmp_path):
 
 
 def test_profile_step_turns_the_switches_of_the_peer_variants():
-    """--single and --reentrant set the switches peer_trainers' children turn for
-    ours-offload-single and ours-offload-reentrant (here, in the profiling process)."""
+    """--single and --checkpoint set the switches peer_trainers' children turn for
+    ours-offload-single and ours-offload-reentrant / -hooks (here, in the profiling process)."""
     script = "\n".join([
         "import runpy, sys",
-        f"sys.argv = [{str(BENCH / 'profile_step.py')!r}, '--smoke', '--single', '--reentrant',"
+        f"sys.argv = [{str(BENCH / 'profile_step.py')!r}, '--smoke', '--single',"
+        " '--checkpoint', 'hooks',"
         " '--skip', '1', '--active', '1', '--rows', '1']",
         "runpy.run_path(sys.argv[0], run_name='__main__')",
         "from draslice.trainer import grad_checkpointing, lora_fused",
@@ -375,7 +376,7 @@ def test_profile_step_turns_the_switches_of_the_peer_variants():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert done.stdout.splitlines()[-1] == "SWITCHES True {'group': False}"
+    assert done.stdout.splitlines()[-1] == "SWITCHES False {'group': False}"
 
 
 def test_trim_wheels_drops_the_unused_files_and_their_record_lines(tmp_path):

@@ -1,6 +1,7 @@
-"""grad_checkpointing.enable: the loop's gradient checkpointing (non-reentrant) changes no LoRA
-gradient, and leaves the embeddings' output as it is (transformers' hook that makes it require
-grad is for the reentrant kind: a backward through frozen weights and a torch.compile break)."""
+"""grad_checkpointing: either kind of checkpoint changes no LoRA gradient; the non-reentrant one
+leaves the embeddings' output as it is (transformers' hook that makes it require grad is for the
+reentrant kind: a backward through frozen weights and a torch.compile break); which kind a model
+gets (``choose``)."""
 
 from __future__ import annotations
 
@@ -41,8 +42,9 @@ def test_checkpointing_keeps_every_lora_gradient_and_no_input_grad_hook():
     assert not embeddings(ids).requires_grad
 
 
-def test_the_reentrant_kind_keeps_every_lora_gradient_with_the_grouped_forward(monkeypatch):
-    """grad_checkpointing.REENTRANT (the A/B of benchmarks' ours-offload-reentrant): a Qwen2
+def test_the_reentrant_kind_keeps_every_lora_gradient_with_the_grouped_forward():
+    """Either kind of checkpoint (grad_checkpointing.choose's, the A/B of benchmarks'
+    ours-offload-reentrant and -hooks): a Qwen2
     with lora_fused's groups, checkpointed either way, gets the unchecked model's gradients,
     the first layer's included (the embeddings' output requires grad for the reentrant kind)."""
     from draslice.trainer import lora_fused
@@ -52,8 +54,7 @@ def test_the_reentrant_kind_keeps_every_lora_gradient_with_the_grouped_forward(m
     def grads(kind: bool | None) -> dict[str, torch.Tensor]:
         model = qwen2_lora(layers=2)
         if kind is not None:
-            monkeypatch.setattr(grad_checkpointing, "REENTRANT", kind)
-            grad_checkpointing.enable(model.get_base_model())
+            grad_checkpointing.enable(model.get_base_model(), kind)
         with lora_fused.fused(model):
             model(input_ids=ids, labels=ids).loss.backward()
         return param_grads(model)
@@ -65,3 +66,40 @@ def test_the_reentrant_kind_keeps_every_lora_gradient_with_the_grouped_forward(m
         assert recomputed.keys() == plain.keys(), kind
         for name, grad in plain.items():
             torch.testing.assert_close(recomputed[name], grad, msg=f"{kind} {name}")
+
+
+def test_choose_takes_the_reentrant_kind_only_for_a_small_eager_single_process_model(
+        monkeypatch):
+    """Reentrant up to LAUNCH_BOUND_WIDTH (run M: faster only where launch-bound), never under
+    inductor or DDP, and REENTRANT overrides the choice either way."""
+    small = qwen2_lora(layers=1).get_base_model()
+    wide = torch.nn.Linear(1, 1)
+    wide.config = type("Config", (), {"hidden_size": grad_checkpointing.LAUNCH_BOUND_WIDTH + 1})()
+    assert grad_checkpointing.choose(small, eager=True) is True
+    assert grad_checkpointing.choose(small, eager=False) is False
+    assert grad_checkpointing.choose(wide, eager=True) is False
+    assert grad_checkpointing.choose(torch.nn.Linear(1, 1), eager=True) is False  # no config
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda: 2)
+    assert grad_checkpointing.choose(small, eager=True) is False
+    monkeypatch.setattr(grad_checkpointing, "REENTRANT", True)
+    assert grad_checkpointing.choose(wide, eager=False) is True
+    monkeypatch.setattr(grad_checkpointing, "REENTRANT", False)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
+    assert grad_checkpointing.choose(small, eager=True) is False
+
+
+def test_offload_keeps_the_kind_enable_gave_each_layer():
+    """offload.enable replaces each layer's checkpoint function with its own and keeps the
+    kind transformers' partial carried (so the offloaded step is the chosen kind too)."""
+    from draslice.trainer import offload
+
+    for kind in (False, True):
+        base = qwen2_lora(layers=2).get_base_model()
+        grad_checkpointing.enable(base, kind)
+        assert offload.enable(base) == 2
+        for module in grad_checkpointing.flagged(base):
+            func = module._gradient_checkpointing_func
+            assert func.func is offload.offloaded_checkpoint
+            assert func.keywords == {"use_reentrant": kind}
+            assert grad_checkpointing.reentrant(module) is kind
