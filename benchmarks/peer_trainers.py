@@ -300,7 +300,8 @@ def train_ours(ctx: dict, batch: int, checkpointing: bool, clock: Clock,
     def log(line: str) -> None:
         if on_line is not None:
             on_line(line)
-        if line.startswith(("speed:", "[slice] activations", "[slice] offload", "[slice] MLP")):
+        if line.startswith(("speed:", "[slice] activations", "[slice] offload", "[slice] MLP",
+                            "[slice] gradient checkpointing")):
             print(line, flush=True)
             clock.notes.append(line)
 
