@@ -19,7 +19,7 @@ import pytest
 from safetensors.torch import load_file
 
 from draslice.errors import InvalidParameter
-from draslice.trainer import checkpoint, distributed
+from draslice.trainer import checkpoint, distributed, loglines
 from draslice.trainer.artifacts import ADAPTER_DIR, CHECKPOINT_DIR, RUN_FILE, loss_drop
 from draslice.trainer.build import data
 from draslice.trainer.config import SFTConfig
@@ -175,9 +175,14 @@ def test_two_processes_train_the_adapter_one_process_trains(
         one_process, tiny_gpt2, demo_data, tmp_path):
     alone_dir, alone = one_process
     out = tmp_path / "two"
-    proc = _torchrun(out, _knobs(tiny_gpt2, demo_data["prompt-completion"]))
+    # Checkpointed here, not alone: the recompute changes no gradient, and under DDP the loop
+    # keeps the non-reentrant kind, which a model this small would not get alone
+    # (grad_checkpointing.choose).
+    knobs = {**_knobs(tiny_gpt2, demo_data["prompt-completion"]), "gradient_checkpointing": True}
+    proc = _torchrun(out, knobs)
     log, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, log[-3000:]
+    assert log.count(loglines.checkpointed(reentrant=False)) == 1
     assert _worst(_adapter(out), _adapter(alone_dir)) <= TOLERANCE
     # Rank 0 alone logs and writes: one copy of each line, one metrics line per step.
     assert log.count(SFT_OK_CPU) == 1 and log.count("[slice] device=") == 1

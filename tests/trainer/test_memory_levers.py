@@ -1,6 +1,7 @@
 """The activation levers that work inside gradient checkpointing (``offload_activations``,
 ``tile_mlp``): refused without it, naming both knobs, and each says in the run's log what it
-did (on a CPU: offloading has no effect there, the MLP still runs in tiles)."""
+did (on a CPU: offloading has no effect there, the MLP still runs in tiles), and which kind of
+checkpoint the loop took."""
 
 from __future__ import annotations
 
@@ -28,3 +29,5 @@ def test_a_cpu_run_says_what_the_lever_did(tmp_path, knob, line):
                     shape=ModelShape(n_layer=2, n_embd=32, n_head=2, seq_len=16), **{knob: True})
     train(cfg, tmp_path / "out", tmp_path / "m.jsonl", log=lines.append)
     assert line in lines
+    # a model this small, alone and eager: the reentrant checkpoint (grad_checkpointing.choose)
+    assert loglines.checkpointed(reentrant=True) in lines
