@@ -112,7 +112,7 @@ def assemble(cfg: SFTConfig, device: torch.device, precision: str,
     cfg = replace(cfg, lora_targets=resolve_targets(base, cfg.lora_targets))
     model = wrap_lora(base, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets)
     if cfg.gradient_checkpointing:  # on the base, which LoRA wrapped in place
-        reentrant = grad_checkpointing.choose(base, eager=speed_mode not in speed.INDUCTOR_MODES)
+        reentrant = grad_checkpointing.choose(base, eager=speed_mode == "off")
         grad_checkpointing.enable(base, reentrant)
         log(loglines.checkpointed(reentrant))
         if cfg.offload_activations:  # on a CPU the activations are in host memory already

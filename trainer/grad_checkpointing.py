@@ -36,7 +36,9 @@ bound by launching kernels, its 1.5B (1,536) was not."""
 def choose(base: torch.nn.Module, eager: bool) -> bool:
     """Whether ``base``'s checkpoints are the reentrant kind: :data:`REENTRANT` where set, else
     only where it was measured faster and no bigger, a model of hidden size up to
-    :data:`LAUNCH_BOUND_WIDTH` in an ``eager`` (not inductor-compiled) single-process run.
+    :data:`LAUNCH_BOUND_WIDTH` in an ``eager`` single-process run (neither inductor, whose
+    graph the embeddings' hook breaks, nor a CUDA graph capture, which has not been run over
+    a reentrant backward).
     Under DDP or FSDP the non-reentrant kind stays: a reentrant backward runs inside another
     backward, which DDP supports only with ``static_graph`` (not set by the loop) and FSDP2's
     hooks were not checked with.
