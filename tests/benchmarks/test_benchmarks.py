@@ -279,10 +279,10 @@ def test_peer_flops_from_the_shape_match_the_count_from_the_model():
 
 def test_peer_trainers_smoke_runs_ours_and_trainer_and_prints_the_table(tmp_path):
     """The benchmark's own code path on the CPU at a tiny Qwen2 shape: prepare, one child per
-    peer, the table (figures mean nothing on a CPU)."""
+    peer and round, the table (figures mean nothing on a CPU)."""
     out = tmp_path / "peers.json"
     done = subprocess.run([sys.executable, str(BENCH / "peer_trainers.py"), "--smoke",
-                           "--peers", "ours,hf", "--json-out", str(out)],
+                           "--peers", "ours,hf", "--rounds", "2", "--json-out", str(out)],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     summary = json.loads(out.read_text())
@@ -298,6 +298,16 @@ def test_peer_trainers_smoke_runs_ours_and_trainer_and_prints_the_table(tmp_path
     assert "| whole run, 3 steps |" in done.stdout
     whole = summary["peers"]["ours"]["runs"]["none"]["run_s"]
     assert f"| {whole:.1f} s |" in done.stdout
+    # --rounds 2: each peer ran again, the headline is the two rounds' median
+    for peer in ("ours", "hf"):
+        run = summary["peers"][peer]["runs"]["none"]
+        speeds = [r["tokens_per_s"] for r in run["rounds"]]
+        assert len(speeds) == 2 and all(speeds), run
+        assert run["tokens_per_s"] == pytest.approx(sum(speeds) / 2)
+        each = " / ".join(f"{x:,.0f}" for x in speeds)
+        assert f"{run['tokens_per_s']:,.0f} (median; each: {each})" in done.stdout
+    second = [line for line in done.stdout.splitlines() if " none batch 4: " in line][2:]
+    assert [line.split()[0] for line in second] == ["[hf]", "[ours]"]  # the other order
 
 
 def test_advise_time_runs_the_probe_and_the_real_run_and_prints_their_ratios(tmp_path):
