@@ -25,7 +25,8 @@ require grad, which costs a backward through the first layer's frozen weights an
 compiled body's graph. On an H100 (docs/benchmarks.md, run M) it made the offloaded step
 1.04-1.08x faster where the step is bound by launching kernels (Qwen2.5-0.5B, hidden size 896,
 in a 5.75 GiB slice, +0.03 GiB at the peak) and no faster at 1.5B (hidden size 1,536) or at the
-7B QLoRA shape, where it held 0.32-0.54 GiB more at the peak.
+7B QLoRA shape, where it held 0.32-0.54 GiB more at the peak. Run N, with :func:`choose` taking
+it at 0.5B: 1.05x and 1.21x the non-reentrant one in two calls.
 """
 
 LAUNCH_BOUND_WIDTH = 1024
@@ -40,8 +41,8 @@ def choose(base: torch.nn.Module, eager: bool) -> bool:
     graph the embeddings' hook breaks, nor a CUDA graph capture, which has not been run over
     a reentrant backward).
     Under DDP or FSDP the non-reentrant kind stays: a reentrant backward runs inside another
-    backward, which DDP supports only with ``static_graph`` (not set by the loop) and FSDP2's
-    hooks were not checked with.
+    backward, which DDP's reducer handles only in some cases without ``static_graph`` (not set
+    by the loop), and FSDP2's hooks were not checked with it.
     """
     if REENTRANT is not None:
         return REENTRANT
