@@ -21,11 +21,12 @@ def lm_grads(model: torch.nn.Module, ids: torch.Tensor) -> dict[str, torch.Tenso
     return param_grads(model)
 
 
-def checkpointed_base(shape: ModelShape) -> torch.nn.Module:
-    """A synthetic GPT-2 of ``shape`` in training mode, with the loop's gradient checkpointing."""
+def checkpointed_base(shape: ModelShape, reentrant: bool = False) -> torch.nn.Module:
+    """A synthetic GPT-2 of ``shape`` in training mode, with the loop's gradient checkpointing
+    of the kind asked."""
     model = build_base(shape, seed=0)
     model.train()
-    grad_checkpointing.enable(model)
+    grad_checkpointing.enable(model, reentrant)
     return model
 
 

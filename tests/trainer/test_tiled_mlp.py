@@ -26,9 +26,10 @@ def test_tile_count(tokens, hidden, intermediate, tiles):
     assert tiled_mlp.tile_count(tokens, hidden, intermediate) == tiles
 
 
-def test_every_mlp_runs_in_tiles_and_the_gradients_stay():
+@pytest.mark.parametrize("reentrant", [False, True])  # the tiles' checkpoints nest in either
+def test_every_mlp_runs_in_tiles_and_the_gradients_stay(reentrant):
     shape = ModelShape(vocab_size=64, n_layer=3, n_embd=32, n_head=2, seq_len=512)
-    model = checkpointed_base(shape)
+    model = checkpointed_base(shape, reentrant)
     ids = torch.randint(0, 64, (4, 512), generator=torch.Generator().manual_seed(0))
     whole = lm_grads(model, ids)
 
