@@ -72,13 +72,6 @@ def enable(base: torch.nn.Module, reentrant: bool = False) -> None:
         base.disable_input_require_grads()
 
 
-def reentrant(module: torch.nn.Module) -> bool:
-    """The kind :func:`enable` gave a flagged ``module``: transformers keeps the kwargs in the
-    ``functools.partial`` it sets as the module's checkpoint function."""
-    keywords = getattr(module._gradient_checkpointing_func, "keywords", {})
-    return bool(keywords.get("use_reentrant", False))
-
-
 def flagged(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The modules of ``model`` whose ``_gradient_checkpointing_func`` checkpoints a call: its
     layers, and the model itself, which carries the flag too (for its ``use_cache`` warning)."""

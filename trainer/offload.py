@@ -32,7 +32,6 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from draslice.trainer import grad_checkpointing
 
@@ -151,16 +150,15 @@ def _unpack(packed) -> torch.Tensor:
     return packed.take()
 
 
-def offloaded_checkpoint(function: Callable, *args, use_reentrant: bool = False, **kwargs):
-    """``torch.utils.checkpoint.checkpoint`` (of the kind ``grad_checkpointing.choose`` took)
-    with the saved inputs on the host."""
+def offloaded_checkpoint(function: Callable, *args, inner: Callable, **kwargs):
+    """``inner``, the layer's own checkpoint function (``torch.utils.checkpoint.checkpoint`` of
+    the kind ``grad_checkpointing.enable`` gave it), with the saved inputs on the host."""
     global _calling, _last
     layer = _Layer(_last() if _last is not None else None)
     _calling, _last = layer, weakref.ref(layer)
     try:
         with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
-            return checkpoint(function, *args, use_reentrant=use_reentrant,
-                              **kwargs)
+            return inner(function, *args, **kwargs)
     finally:
         _calling = None
 
@@ -170,5 +168,5 @@ def enable(model: torch.nn.Module) -> int:
     offload its saved input; returns how many layers now do."""
     for module in grad_checkpointing.flagged(model):
         module._gradient_checkpointing_func = partial(
-            offloaded_checkpoint, use_reentrant=grad_checkpointing.reentrant(module))
+            offloaded_checkpoint, inner=module._gradient_checkpointing_func)
     return len(grad_checkpointing.layers(model))
