@@ -242,6 +242,8 @@ class Clock:
         self.seen = 0
         """Tokens given to the model's embedding in training forwards so far (peers only)."""
         self.seen_at: dict[int, int] = {}
+        self.on_step: Callable[[], None] | None = None
+        """Called at each step's end by a peer's callback (profile_step.py steps its profiler)."""
 
     def count_embedded_tokens(self) -> None:
         """Count the tokens of every training forward from here on (``tokens_seen``)."""
@@ -287,6 +289,8 @@ class Clock:
         class StepClock(TrainerCallback):
             def on_step_end(self, args, state, control, **kwargs):  # noqa: ARG002
                 clock.stamp(state.global_step)
+                if clock.on_step is not None:
+                    clock.on_step()
                 return control
 
         return StepClock()
@@ -421,6 +425,18 @@ def _train_unsloth(ctx: dict, batch: int, checkpointing: bool, clock: Clock) -> 
         trainer.train()
 
 
+def train_peer(peer: str, ctx: dict, batch: int, checkpointing: bool, clock: Clock) -> None:
+    """Train one of the other trainers (not ours) ``clock.last`` steps at ``batch``."""
+    if peer in ("hf", "hf-liger"):
+        _train_hf(ctx, batch, checkpointing, clock, liger=peer == "hf-liger")
+    elif peer == "trl":
+        _train_trl(ctx, batch, checkpointing, clock)
+    elif peer == "unsloth":
+        _train_unsloth(ctx, batch, checkpointing, clock)
+    else:
+        raise ValueError(f"unknown peer {peer!r}; others than ours: hf, hf-liger, trl, unsloth")
+
+
 def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, steps: int
             ) -> dict:
     """Train ``warmup + steps`` steps at ``batch``; tokens/s and peak, or ``oom``."""
@@ -440,12 +456,8 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
             use_switches(ours)
             train_ours(ctx, batch, checkpointing, clock, offload=ours.offload,
                        tile=ours.tile, compile=ours.compile)
-        elif peer in ("hf", "hf-liger"):
-            _train_hf(ctx, batch, checkpointing, clock, liger=peer == "hf-liger")
-        elif peer == "trl":
-            _train_trl(ctx, batch, checkpointing, clock)
         else:
-            _train_unsloth(ctx, batch, checkpointing, clock)
+            train_peer(peer, ctx, batch, checkpointing, clock)
     except Exception as err:  # noqa: BLE001 -- an OOM is a result here, anything else too
         oom = isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
         what = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"

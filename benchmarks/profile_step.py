@@ -2,6 +2,7 @@
 
     python benchmarks/profile_step.py --shape qwen2.5-1.5b --seq 2048 --batch 16 \
         --cap 1g.6gb [--offload] [--tile] [--compile default] [--skip 3] [--active 3]
+    python benchmarks/profile_step.py --peer unsloth --shape qwen2.5-0.5b --seq 1024 ...
 
 Runs ``draslice.trainer.sft.train`` as ``peer_trainers.py``'s ``ours`` runner does (the same
 random-init model, packed rows, LoRA and cap; gradient checkpointing under a cap) inside
@@ -12,7 +13,9 @@ with the most of each, then the same by input shape (which tensors the copies an
 of). A step whose device time is well below its wall time is waiting on the host: the host
 table says on what. ``--single`` and ``--checkpoint`` turn the switches of ``peer_trainers``'
 ``ours-offload-single``, ``ours-offload-reentrant`` and ``ours-offload-hooks``, for their
-launches side by side.
+launches side by side. ``--peer`` profiles another trainer's step the same way (its step-end
+callback steps the profiler; the tokens/s line is then the timed steps' from its clock), to
+set its launches and kernels beside ours.
 """
 
 from __future__ import annotations
@@ -23,10 +26,24 @@ import sys
 import tempfile
 from pathlib import Path
 
+# Unsloth patches transformers, peft and trl as it is imported: first, as in its peer's child.
+if "unsloth" in sys.argv[1:] and sys.argv[sys.argv.index("unsloth") - 1] == "--peer":
+    import unsloth  # noqa: F401
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-from peer_trainers import CAPS, SHAPES, Clock, Ours, prepare, train_ours, use_switches  # noqa: E402
+from peer_trainers import (  # noqa: E402
+    CAPS,
+    SHAPES,
+    Clock,
+    Ours,
+    packed_rows,
+    prepare,
+    train_ours,
+    train_peer,
+    use_switches,
+)
 
 from draslice.trainer.config import COMPILE_MODES  # noqa: E402
 
@@ -37,6 +54,9 @@ LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaun
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peer", choices=("ours", "hf", "hf-liger", "trl", "unsloth"),
+                        default="ours", help="whose step: our loop (default) or another "
+                        "trainer's, as peer_trainers.py runs it")
     parser.add_argument("--shape", choices=list(SHAPES), default="qwen2.5-1.5b")
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--batch", type=int, default=8)
@@ -70,6 +90,12 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     ctx = {"shape": SHAPES[args.shape], "seq": args.seq, "smoke": args.smoke,
            "cap": CAPS[args.cap], **prepare(args.shape, args.seq, root, smoke=args.smoke)}
+    if args.peer != "ours":  # as peer_trainers' child gives it: the rows, the cap set here
+        ctx["rows"] = packed_rows(ctx["model_dir"], ctx["data"], args.seq)
+        if CAPS[args.cap] and torch.cuda.is_available():
+            from draslice.trainer import device as dev
+
+            dev.apply_slice_cap(torch.device("cuda", 0), CAPS[args.cap])
     # The loop logs a step when it reads its loss, one step late on a GPU: the window lags the
     # steps by one, which leaves the per-step averages as they are.
     steps = args.skip + args.active + 1
@@ -84,17 +110,21 @@ def main() -> None:
             if line.startswith("{'loss'"):  # a step's line (loglines.step_loss)
                 prof.step()
 
-        kind = {"auto": None, "reentrant": True, "hooks": False}[args.checkpoint]
-        use_switches(Ours("profiled", lora_groups=not args.single, reentrant=kind))
-        train_ours(ctx, args.batch, CAPS[args.cap] > 0, clock, offload=args.offload,
-                    tile=args.tile, compile=args.compile, on_line=on_line)
+        if args.peer == "ours":
+            kind = {"auto": None, "reentrant": True, "hooks": False}[args.checkpoint]
+            use_switches(Ours("profiled", lora_groups=not args.single, reentrant=kind))
+            train_ours(ctx, args.batch, CAPS[args.cap] > 0, clock, offload=args.offload,
+                       tile=args.tile, compile=args.compile, on_line=on_line)
+        else:  # its step-end callback steps the window (one step earlier than ours: the same)
+            clock.on_step = prof.step
+            train_peer(args.peer, ctx, args.batch, CAPS[args.cap] > 0, clock)
     table = prof.key_averages()
     host = sum(e.self_cpu_time_total for e in table) / args.active / 1e6
     device = sum(e.self_device_time_total for e in table) / args.active / 1e6
     launches = sum(e.count for e in table if e.key in LAUNCHES) / args.active
     print(json.dumps({"timed_steps": steps - 1, "tokens_per_s": (steps - 1) * args.batch
-                      * args.seq / clock.given,
-                      "step_seconds": clock.given / (steps - 1),
+                      * args.seq / clock.seconds(),
+                      "step_seconds": clock.seconds() / (steps - 1),
                       "profiled_host_seconds_a_step": host,
                       "profiled_device_seconds_a_step": device,
                       "kernel_launches_a_step": launches,

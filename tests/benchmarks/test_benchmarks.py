@@ -372,6 +372,21 @@ def test_profile_step_profiles_only_the_steps_after_the_skipped_ones(tmp_path):
     assert figures["kernel_launches_a_step"] == 0  # a CPU launches no kernel
 
 
+def test_profile_step_profiles_another_trainers_step_by_its_callback():
+    """--peer hf: HF Trainer's step-end callback steps the profiler, so the window holds exactly
+    --active of its steps, and the tokens/s come from its clock's stamps."""
+    done = subprocess.run([sys.executable, str(BENCH / "profile_step.py"), "--smoke",
+                           "--peer", "hf", "--skip", "2", "--active", "2", "--rows", "5"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    figures = json.loads(next(line for line in done.stdout.splitlines()
+                              if line.startswith("{\"timed_steps\"")))
+    assert figures["timed_steps"] == 4 and figures["tokens_per_s"] > 0
+    steps_row = next(line for line in done.stdout.splitlines() if "ProfilerStep*" in line)
+    assert steps_row.split()[-1] == "2"
+    assert "aten::mm" in done.stdout  # the peer's own step was profiled, not an empty window
+
+
 def test_profile_step_turns_the_switches_of_the_peer_variants():
     """--single and --checkpoint set the switches peer_trainers' children turn for
     ours-offload-single and ours-offload-reentrant / -hooks (here, in the profiling process)."""
