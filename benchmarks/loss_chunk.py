@@ -1,7 +1,7 @@
 """The loss through the LM head, eager against fused, on the Qwen/Llama shapes (needs a GPU).
 
     python benchmarks/loss_chunk.py [--tokens 16384] [--shape 896x151936 --shape 1536x151936]
-        [--repeat 20]
+        [--repeat 20] [--chunk-rows 1024,2048]
 
 ``trainer/loss.py`` computes the cross-entropy through the frozen head a chunk of tokens at a
 time, and each chunk's gradient right away. Per chunk, its softmax and gradient run either
@@ -11,6 +11,10 @@ compiled by inductor (the default on CUDA). This prints, for each hidden x vocab
 forward and backward, peak memory above the inputs, the first call's time (inductor's compile),
 the fused/eager ratios, and how far the fused loss and gradient are from the eager ones. Liger's
 ``liger_fused_linear_cross_entropy`` is measured beside them where ``liger-kernel`` imports.
+``--chunk-rows`` adds the fused loss at other chunk sizes than ``loss.chunk_tokens``' (more rows:
+fewer reads of the head and wider matmuls, at more memory), and every shape prints the floor:
+the two head matmuls of a forward and backward unchunked (logits, then their gradient times the
+head), which no chunking can beat.
 """
 
 from __future__ import annotations
@@ -23,9 +27,27 @@ import torch
 from draslice.trainer import loss
 
 
-def _ours(hidden, head, targets):
-    chunk = loss.chunk_tokens(head.weight.shape[0])
+def _ours(hidden, head, targets, rows: int | None = None):
+    chunk = rows or loss.chunk_tokens(head.weight.shape[0])
     return loss.chunked_cross_entropy(hidden, head, targets, chunk)
+
+
+def matmul_floor_ms(hidden, head, repeat: int) -> float:
+    """The head's two matmuls of a forward and backward, unchunked: ``hidden @ W.T`` and a
+    logits-sized gradient times ``W``."""
+    w = head.weight
+    logits = hidden @ w.T
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for timed in (False, True):
+        if timed:
+            start.record()
+        for _ in range(repeat if timed else 3):
+            torch.mm(hidden, w.T, out=logits)
+            logits @ w
+        if timed:
+            end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / repeat
 
 
 def _liger():
@@ -74,7 +96,13 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--shape", action="append", help="HIDDENxVOCAB (repeatable)")
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--chunk-rows", default="",
+                        help="comma-separated chunk sizes (tokens) for the fused loss too")
     args = parser.parse_args()
+    try:
+        rows = [int(r) for r in args.chunk_rows.split(",") if r.strip()]
+    except ValueError:
+        parser.error(f"--chunk-rows: comma-separated whole numbers, not {args.chunk_rows!r}")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     shapes = args.shape or ["896x151936", "1536x151936"]
@@ -93,13 +121,19 @@ def main() -> None:
         for name, fuse in (("eager", False), ("fused", True)):
             loss.FUSED_DEVICES = ("cuda",) if fuse else ()
             runs[name] = measure(_ours, hidden, head, targets, args.repeat)
+        for r in rows:
+            runs[f"fused@{r}"] = measure(lambda h, w, t, r=r: _ours(h, w, t, r), hidden, head,
+                                         targets, args.repeat)
         if liger is not None:
             runs["liger"] = measure(liger, hidden, head, targets, args.repeat)
+        print(f"{shape}: the head's two matmuls unchunked (the floor): "
+              f"{matmul_floor_ms(hidden, head, args.repeat):.2f} ms; fused chunks of "
+              f"{loss.chunk_tokens(vocab)} tokens")
         eager = runs["eager"]
         for name, run in runs.items():
             dl = abs(float(run["loss"]) - float(eager["loss"])) / float(eager["loss"])
             dg = float((run["grad"].float() - eager["grad"].float()).abs().max())
-            print(f"{shape}: {name:5s} {run['ms']:7.2f} ms ({eager['ms'] / run['ms']:.2f}x eager)"
+            print(f"{shape}: {name:10s} {run['ms']:7.2f} ms ({eager['ms'] / run['ms']:.2f}x eager)"
                   f"  peak +{run['peak_gib']:.2f} GiB  first call {run['first_s']:.1f} s"
                   f"  loss rel diff {dl:.1e}  grad max diff {dg:.1e}")
 
