@@ -1,7 +1,7 @@
 """The loss through the LM head, eager against fused, on the Qwen/Llama shapes (needs a GPU).
 
     python benchmarks/loss_chunk.py [--tokens 16384] [--shape 896x151936 --shape 1536x151936]
-        [--repeat 20] [--chunk-rows 1024,2048]
+        [--repeat 20] [--chunk-rows 1024,2048] [--liger-mem 2,4,8]
 
 ``trainer/loss.py`` computes the cross-entropy through the frozen head a chunk of tokens at a
 time, and each chunk's gradient right away. Per chunk, its softmax and gradient run either
@@ -14,7 +14,9 @@ the fused/eager ratios, and how far the fused loss and gradient are from the eag
 ``--chunk-rows`` adds the fused loss at other chunk sizes than ``loss.chunk_tokens``' (more rows:
 fewer reads of the head and wider matmuls, at more memory), and every shape prints the floor:
 the two head matmuls of a forward and backward unchunked (logits, then their gradient times the
-head), which no chunking can beat.
+head), which no chunking can beat. ``--liger-mem`` adds Liger's loss at larger
+``chunk_mem_const`` (``loss.LIGER_CHUNK_MEM``: its chunks' logits as that many times the hidden
+states).
 """
 
 from __future__ import annotations
@@ -57,8 +59,9 @@ def _liger():
         print(f"liger: not measured ({exc})")
         return None
 
-    def run(hidden, head, targets):
-        return liger_fused_linear_cross_entropy(hidden, head.weight, targets, reduction="sum")
+    def run(hidden, head, targets, mem: int = 1):
+        return liger_fused_linear_cross_entropy(hidden, head.weight, targets, reduction="sum",
+                                                chunk_mem_const=mem)
     return run
 
 
@@ -91,18 +94,28 @@ def measure(fn, hidden, head, targets, repeat: int) -> dict:
             "loss": total, "grad": grad}
 
 
+def _whole_numbers(parser: argparse.ArgumentParser, name: str, value: str) -> list[int]:
+    try:
+        numbers = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        numbers = [0]
+    if any(n < 1 for n in numbers):
+        parser.error(f"{name}: comma-separated whole numbers above 0, not {value!r}")
+    return numbers
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--shape", action="append", help="HIDDENxVOCAB (repeatable)")
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--liger-mem", default="",
+                        help="comma-separated chunk_mem_const values for Liger's loss too")
     parser.add_argument("--chunk-rows", default="",
                         help="comma-separated chunk sizes (tokens) for the fused loss too")
     args = parser.parse_args()
-    try:
-        rows = [int(r) for r in args.chunk_rows.split(",") if r.strip()]
-    except ValueError:
-        parser.error(f"--chunk-rows: comma-separated whole numbers, not {args.chunk_rows!r}")
+    rows, mems = (_whole_numbers(parser, name, value) for name, value in
+                  (("--chunk-rows", args.chunk_rows), ("--liger-mem", args.liger_mem)))
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     shapes = args.shape or ["896x151936", "1536x151936"]
@@ -126,6 +139,9 @@ def main() -> None:
                                          targets, args.repeat)
         if liger is not None:
             runs["liger"] = measure(liger, hidden, head, targets, args.repeat)
+            for m in mems:
+                runs[f"liger@{m}"] = measure(lambda h, w, t, m=m: liger(h, w, t, m), hidden,
+                                             head, targets, args.repeat)
         print(f"{shape}: the head's two matmuls unchunked (the floor): "
               f"{matmul_floor_ms(hidden, head, args.repeat):.2f} ms; fused chunks of "
               f"{loss.chunk_tokens(vocab)} tokens")

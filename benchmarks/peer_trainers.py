@@ -105,6 +105,7 @@ class Ours:
     lora_groups: bool = True  # lora_fused's q/k/v and gate/up in one call each
     reentrant: bool | None = None  # grad_checkpointing.REENTRANT (None: the loop chooses)
     chunked_loss: bool = False  # loss.py's compiled chunks, not Liger's fused linear CE
+    liger_chunk_mem: int = 1  # loss.LIGER_CHUNK_MEM: Liger's chunks, in hidden states' sizes
 
 
 OURS = {
@@ -123,6 +124,8 @@ OURS = {
                                "checkpoint", offload=True, reentrant=False),
     "ours-offload-chunks": Ours("draslice SFT loop + offload_activations, loss.py's chunks",
                                 offload=True, chunked_loss=True),
+    "ours-offload-liger4": Ours("draslice SFT loop + offload_activations, Liger's loss in "
+                                "chunks 4x larger", offload=True, liger_chunk_mem=4),
     "ours-offload-compile": Ours("draslice SFT loop + offload_activations, compile=default",
                                  offload=True, compile="default"),
     "ours-tiled-compile": Ours(
@@ -491,7 +494,10 @@ def use_switches(ours: Ours) -> None:
         lora_fused.fused = _peft_forward
     elif not ours.lora_groups:
         lora_fused.fused = partial(lora_fused.fused, group=False)
+    from draslice.trainer import loss
+
     grad_checkpointing.REENTRANT = ours.reentrant
+    loss.LIGER_CHUNK_MEM = ours.liger_chunk_mem
     if ours.chunked_loss:  # apply_liger marks the head under a name loss.py ignores
         speed.LIGER_HEAD = "_benchmark_unmarked"
 

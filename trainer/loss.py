@@ -215,6 +215,15 @@ GiB beside its inputs where the chunks here need 0.65, and at hidden 1,536 runs 
 time, at 896 in 1.17x: benchmarks/loss_chunk.py, docs/benchmarks.md run L)."""
 
 
+LIGER_CHUNK_MEM = 1
+"""Liger's ``chunk_mem_const``: a chunk's logits hold at most this many times the hidden
+states' elements. At 1 (Liger's default) and a small hidden size under a large vocabulary
+(Qwen2.5-0.5B: 896 against 151,936) that is 128 tokens a chunk, so the head (272 MB) is read
+twice for every 128 tokens; larger values read it fewer times at more memory (measured by
+``benchmarks/loss_chunk.py --liger-mem``, the step by ``peer_trainers.py``'s
+``ours-offload-liger4``)."""
+
+
 def _liger_sum(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                targets: torch.Tensor) -> torch.Tensor:
     """Liger's fused linear cross-entropy, summed, in the autocast dtype as the chunks run."""
@@ -225,7 +234,8 @@ def _liger_sum(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     with torch.autocast(device_type, enabled=False):
         return liger_fused_linear_cross_entropy(
             hidden.to(dtype), weight.detach().to(dtype),
-            targets, bias=None if bias is None else bias.detach().to(dtype), reduction="sum")
+            targets, bias=None if bias is None else bias.detach().to(dtype), reduction="sum",
+            chunk_mem_const=LIGER_CHUNK_MEM)
 
 
 def split_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:

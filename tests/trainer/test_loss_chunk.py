@@ -67,3 +67,28 @@ def test_a_compiler_that_fails_leaves_one_line_and_the_eager_chunk(monkeypatch, 
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["draslice: cross-entropy runs eager (RuntimeError: Failed to find C compiler. "
                    "Please specify via CC environment variable.)"]
+
+
+def test_liger_loss_is_given_the_chunk_memory_knob(monkeypatch):
+    """loss.LIGER_CHUNK_MEM reaches Liger's fused linear cross-entropy as chunk_mem_const (the
+    knob ``ours-offload-liger4`` turns), with the head detached and the sum asked for. Liger
+    itself needs CUDA: a stand-in module records the call."""
+    import sys
+    import types
+
+    calls = []
+
+    def fake(hidden, weight, targets, bias=None, **kwargs):
+        calls.append({"weight_grad": weight.requires_grad, "bias": bias, **kwargs})
+        return hidden.sum() * 0.0
+
+    for name in ("liger_kernel", "liger_kernel.transformers"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    functional = types.ModuleType("liger_kernel.transformers.functional")
+    functional.liger_fused_linear_cross_entropy = fake
+    monkeypatch.setitem(sys.modules, functional.__name__, functional)
+    monkeypatch.setattr(loss, "LIGER_CHUNK_MEM", 4)
+    head, hidden, targets = _case()
+    loss._liger_sum(hidden, head.weight.requires_grad_(), None, targets)
+    assert calls == [{"weight_grad": False, "bias": None, "reduction": "sum",
+                      "chunk_mem_const": 4}]
