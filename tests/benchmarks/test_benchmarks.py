@@ -465,6 +465,17 @@ def test_loss_chunk_without_a_gpu_says_so_in_one_line():
     assert done.stderr.strip().splitlines()[-1] == "loss_chunk.py: error: needs a CUDA GPU"
 
 
+@pytest.mark.parametrize(("flag", "value"), [("--chunk-rows", "512,x"), ("--liger-mem", "0")])
+def test_loss_chunk_names_a_bad_size_before_anything_runs(flag, value):
+    """A chunk size or Liger chunk_mem_const that is not a whole number above 0: one line naming
+    the flag, exit 2, before the GPU is even looked for."""
+    done = subprocess.run([sys.executable, str(BENCH / "loss_chunk.py"), flag, value],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"loss_chunk.py: error: {flag}: comma-separated whole numbers above 0, not {value!r}")
+
+
 def test_host_cost_counts_fewer_operators_grouped_and_checks_the_gradients():
     """host_cost.py on the CPU at the tiny Qwen2 shape: every variant's gradients are as close
     to fp32's as peft's, each LoRA forward counts fewer operators a layer than the one before,
