@@ -27,7 +27,8 @@ import tempfile
 from pathlib import Path
 
 # Unsloth patches transformers, peft and trl as it is imported: first, as in its peer's child.
-if "unsloth" in sys.argv[1:] and sys.argv[sys.argv.index("unsloth") - 1] == "--peer":
+if "--peer=unsloth" in sys.argv or any(
+        a == "--peer" and b == "unsloth" for a, b in zip(sys.argv, sys.argv[1:], strict=False)):
     import unsloth  # noqa: F401
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
