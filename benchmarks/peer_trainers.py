@@ -139,6 +139,8 @@ PEERS = {
     "trl": "TRL SFTTrainer + peft",
     "unsloth": "Unsloth",
 }
+OTHERS = tuple(name for name in PEERS if name not in OURS)
+"""The other trainers (``train_peer`` runs them)."""
 
 CAPS = {"none": 0.0, "2g.12gb": 11.5, "1g.6gb": 5.75}
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -437,7 +439,7 @@ def train_peer(peer: str, ctx: dict, batch: int, checkpointing: bool, clock: Clo
     elif peer == "unsloth":
         _train_unsloth(ctx, batch, checkpointing, clock)
     else:
-        raise ValueError(f"unknown peer {peer!r}; others than ours: hf, hf-liger, trl, unsloth")
+        raise ValueError(f"unknown peer {peer!r}; others than ours: {', '.join(OTHERS)}")
 
 
 def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, steps: int
@@ -488,14 +490,12 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
 
 def use_switches(ours: Ours) -> None:
     """Set, in this (child) process, the switches of the loop's code that ``ours`` turns."""
-    from draslice.trainer import grad_checkpointing, lora_fused, speed
+    from draslice.trainer import grad_checkpointing, lora_fused, loss, speed
 
     if ours.peft_forward:
         lora_fused.fused = _peft_forward
     elif not ours.lora_groups:
         lora_fused.fused = partial(lora_fused.fused, group=False)
-    from draslice.trainer import loss
-
     grad_checkpointing.REENTRANT = ours.reentrant
     loss.LIGER_CHUNK_MEM = ours.liger_chunk_mem
     if ours.chunked_loss:  # apply_liger marks the head under a name loss.py ignores

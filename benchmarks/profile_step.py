@@ -36,6 +36,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 from peer_trainers import (  # noqa: E402
     CAPS,
+    OTHERS,
     SHAPES,
     Clock,
     Ours,
@@ -55,7 +56,7 @@ LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaun
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--peer", choices=("ours", "hf", "hf-liger", "trl", "unsloth"),
+    parser.add_argument("--peer", choices=("ours", *OTHERS),
                         default="ours", help="whose step: our loop (default) or another "
                         "trainer's, as peer_trainers.py runs it")
     parser.add_argument("--shape", choices=list(SHAPES), default="qwen2.5-1.5b")
