@@ -14,9 +14,9 @@ the fused/eager ratios, and how far the fused loss and gradient are from the eag
 ``--chunk-rows`` adds the fused loss at other chunk sizes than ``loss.chunk_tokens``' (more rows:
 fewer reads of the head and wider matmuls, at more memory), and every shape prints the floor:
 the two head matmuls of a forward and backward unchunked (logits, then their gradient times the
-head), which no chunking can beat. ``--liger-mem`` adds Liger's loss at larger
-``chunk_mem_const`` (``loss.LIGER_CHUNK_MEM``: its chunks' logits as that many times the hidden
-states).
+head), which no chunking can beat. Liger's row runs at the ``chunk_mem_const`` the loop gives it
+(``loss.liger_chunk_mem``, printed as C); ``--liger-mem`` adds it at other values (1 is Liger's
+own default: its chunks' logits no larger than the hidden states).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _liger():
         print(f"liger: not measured ({exc})")
         return None
 
-    def run(hidden, head, targets, mem: int = 1):
+    def run(hidden, head, targets, mem: int):
         return liger_fused_linear_cross_entropy(hidden, head.weight, targets, reduction="sum",
                                                 chunk_mem_const=mem)
     return run
@@ -110,7 +110,8 @@ def main() -> None:
     parser.add_argument("--shape", action="append", help="HIDDENxVOCAB (repeatable)")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--liger-mem", default="",
-                        help="comma-separated chunk_mem_const values for Liger's loss too")
+                        help="comma-separated chunk_mem_const values for Liger's loss too "
+                             "(1: Liger's default)")
     parser.add_argument("--chunk-rows", default="",
                         help="comma-separated chunk sizes (tokens) for the fused loss too")
     args = parser.parse_args()
@@ -138,13 +139,14 @@ def main() -> None:
             runs[f"fused@{r}"] = measure(lambda h, w, t, r=r: _ours(h, w, t, r), hidden, head,
                                          targets, args.repeat)
         if liger is not None:
-            runs["liger"] = measure(liger, hidden, head, targets, args.repeat)
-            for m in mems:
+            ours_mem = loss.liger_chunk_mem(args.tokens, hidden_size, vocab)
+            for m in [ours_mem] + [m for m in mems if m != ours_mem]:
                 runs[f"liger@{m}"] = measure(lambda h, w, t, m=m: liger(h, w, t, m), hidden,
                                              head, targets, args.repeat)
         print(f"{shape}: the head's two matmuls unchunked (the floor): "
               f"{matmul_floor_ms(hidden, head, args.repeat):.2f} ms; fused chunks of "
-              f"{loss.chunk_tokens(vocab)} tokens")
+              f"{loss.chunk_tokens(vocab)} tokens; the loop's Liger C="
+              f"{loss.liger_chunk_mem(args.tokens, hidden_size, vocab)}")
         eager = runs["eager"]
         for name, run in runs.items():
             dl = abs(float(run["loss"]) - float(eager["loss"])) / float(eager["loss"])

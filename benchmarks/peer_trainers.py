@@ -105,7 +105,7 @@ class Ours:
     lora_groups: bool = True  # lora_fused's q/k/v and gate/up in one call each
     reentrant: bool | None = None  # grad_checkpointing.REENTRANT (None: the loop chooses)
     chunked_loss: bool = False  # loss.py's compiled chunks, not Liger's fused linear CE
-    liger_chunk_mem: int = 1  # loss.LIGER_CHUNK_MEM: Liger's chunks, in hidden states' sizes
+    liger_chunk_mem: int | None = None  # loss.LIGER_CHUNK_MEM (None: loss.liger_chunk_mem)
 
 
 OURS = {
@@ -124,8 +124,8 @@ OURS = {
                                "checkpoint", offload=True, reentrant=False),
     "ours-offload-chunks": Ours("draslice SFT loop + offload_activations, loss.py's chunks",
                                 offload=True, chunked_loss=True),
-    "ours-offload-liger4": Ours("draslice SFT loop + offload_activations, Liger's loss in "
-                                "chunks 4x larger", offload=True, liger_chunk_mem=4),
+    "ours-offload-liger1": Ours("draslice SFT loop + offload_activations, Liger's loss in its "
+                                "default chunks", offload=True, liger_chunk_mem=1),
     "ours-offload-compile": Ours("draslice SFT loop + offload_activations, compile=default",
                                  offload=True, compile="default"),
     "ours-tiled-compile": Ours(

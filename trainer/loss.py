@@ -215,13 +215,29 @@ GiB beside its inputs where the chunks here need 0.65, and at hidden 1,536 runs 
 time, at 896 in 1.17x: benchmarks/loss_chunk.py, docs/benchmarks.md run L)."""
 
 
-LIGER_CHUNK_MEM = 1
-"""Liger's ``chunk_mem_const``: a chunk's logits hold at most this many times the hidden
-states' elements. At 1 (Liger's default) and a small hidden size under a large vocabulary
-(Qwen2.5-0.5B: 896 against 151,936) that is 128 tokens a chunk, so the head (272 MB) is read
-twice for every 128 tokens; larger values read it fewer times at more memory (measured by
-``benchmarks/loss_chunk.py --liger-mem``, the step by ``peer_trainers.py``'s
-``ours-offload-liger4``)."""
+LIGER_CHUNK_MEM: int | None = None
+"""A fixed ``chunk_mem_const`` for Liger's loss, or None to size it by :func:`liger_chunk_mem`
+(benchmarks set 1, Liger's own default, as the peer ``ours-offload-liger1``)."""
+
+
+def liger_chunk_mem(rows: int, hidden_size: int, vocab_size: int) -> int:
+    """Liger's ``chunk_mem_const`` that makes its chunks about :func:`chunk_tokens` long.
+
+    Liger cuts ``rows`` tokens into chunks of ``next_power_of_2(ceil(rows / ceil(vocab /
+    (C * hidden))))``: at its default C=1 a chunk's logits are no larger than the hidden
+    states, which under a large vocabulary and a small hidden size (Qwen2.5-0.5B: 151,936
+    against 896) is 128 tokens, so its 128 chunks read the 272 MB head twice each. C chosen
+    here makes a chunk at most twice ``chunk_tokens`` after that rounding (or Liger's default
+    size where that is already larger): its bf16 logits stay within ``CHUNK_BYTES``, the budget
+    of this module's own fp32 chunks. On an H100 at 16,384 tokens that took the loss from 36.9
+    to 19.9 ms at hidden 896 (C=4; peak +0.17 GiB beside the inputs, the chunks here +0.65) and
+    the whole 0.5B step in a 5.75 GiB slice 1.27x faster at the same peak; at hidden 1,536 from
+    32.8 to 29.5 ms (C=2); Llama's 32,000 words under hidden 4,096 keep C=1
+    (docs/benchmarks.md, run O).
+    """
+    if LIGER_CHUNK_MEM is not None:
+        return LIGER_CHUNK_MEM
+    return max(1, chunk_tokens(vocab_size) * vocab_size // (max(rows, 1) * hidden_size))
 
 
 def _liger_sum(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -235,7 +251,7 @@ def _liger_sum(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
         return liger_fused_linear_cross_entropy(
             hidden.to(dtype), weight.detach().to(dtype),
             targets, bias=None if bias is None else bias.detach().to(dtype), reduction="sum",
-            chunk_mem_const=LIGER_CHUNK_MEM)
+            chunk_mem_const=liger_chunk_mem(*hidden.shape, weight.shape[0]))
 
 
 def split_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:

@@ -70,9 +70,10 @@ def test_a_compiler_that_fails_leaves_one_line_and_the_eager_chunk(monkeypatch, 
 
 
 def test_liger_loss_is_given_the_chunk_memory_knob(monkeypatch):
-    """loss.LIGER_CHUNK_MEM reaches Liger's fused linear cross-entropy as chunk_mem_const (the
-    knob ``ours-offload-liger4`` turns), with the head detached and the sum asked for. Liger
-    itself needs CUDA: a stand-in module records the call."""
+    """Liger's fused linear cross-entropy gets the chunk_mem_const loss.liger_chunk_mem sizes
+    for these rows, or loss.LIGER_CHUNK_MEM where a benchmark fixes it (the peer
+    ``ours-offload-liger1``), with the head detached and the sum asked for. Liger itself needs
+    CUDA: a stand-in module records the call."""
     import sys
     import types
 
@@ -87,8 +88,35 @@ def test_liger_loss_is_given_the_chunk_memory_knob(monkeypatch):
     functional = types.ModuleType("liger_kernel.transformers.functional")
     functional.liger_fused_linear_cross_entropy = fake
     monkeypatch.setitem(sys.modules, functional.__name__, functional)
-    monkeypatch.setattr(loss, "LIGER_CHUNK_MEM", 4)
     head, hidden, targets = _case()
+    rows, hidden_size = hidden.shape
+    sized = loss.liger_chunk_mem(rows, hidden_size, head.weight.shape[0])
     loss._liger_sum(hidden, head.weight.requires_grad_(), None, targets)
+    monkeypatch.setattr(loss, "LIGER_CHUNK_MEM", 1)
+    loss._liger_sum(hidden, head.weight, None, targets)
     assert calls == [{"weight_grad": False, "bias": None, "reduction": "sum",
-                      "chunk_mem_const": 4}]
+                      "chunk_mem_const": c} for c in (sized, 1)]
+
+
+def _liger_chunk(rows: int, hidden_size: int, vocab: int, mem: int) -> int:
+    """Tokens a chunk of Liger 0.8's fused linear cross-entropy (its documented sizing)."""
+    per = -(-rows // -(-vocab // (mem * hidden_size)))
+    return 1 << (per - 1).bit_length()
+
+
+@pytest.mark.parametrize(("rows", "hidden_size", "vocab", "mem"), [
+    (16384, 896, 151936, 4),   # Qwen2.5-0.5B: Liger's default would cut 128-token chunks
+    (16384, 1536, 151936, 2),  # Qwen2.5-1.5B
+    (8192, 1536, 151936, 5),
+    (16384, 4096, 32000, 1),   # Llama-7B: its default chunks are already large
+    (512, 896, 151936, 146),   # a short batch: one or two chunks
+])
+def test_liger_chunks_sized_to_the_loss_budget(rows, hidden_size, vocab, mem):
+    """The chunk_mem_const the loop gives Liger keeps its chunks within twice chunk_tokens (bf16
+    logits inside CHUNK_BYTES), yet never smaller than Liger's default would cut them."""
+    got = loss.liger_chunk_mem(rows, hidden_size, vocab)
+    assert got == mem
+    chunk = _liger_chunk(rows, hidden_size, vocab, got)
+    assert chunk >= _liger_chunk(rows, hidden_size, vocab, 1)
+    assert chunk <= max(2 * loss.chunk_tokens(vocab), _liger_chunk(rows, hidden_size, vocab, 1))
+    assert chunk * vocab * 2 <= loss.CHUNK_BYTES or got == 1
