@@ -193,11 +193,12 @@ def test_the_fused_lora_sum_gives_peft_gradients_on_the_gpu():
         torch.testing.assert_close(fused_grads[name], grad, rtol=5e-2, atol=5e-3, msg=name)
 
 
-@pytest.mark.parametrize("head_vocab", [1024, 1000])
+@pytest.mark.parametrize("head_vocab", [1024, 1000, 151936])
 def test_the_loss_through_the_head_is_the_same_fused_or_chunked(head_vocab):
     """On CUDA the loss through a frozen head runs fused: Liger's fused linear cross-entropy
     where ``speed.apply_liger`` marked the head, else loss.py's chunks compiled by inductor;
-    both give the eager chunks' loss and gradient (bf16 head, several chunks, an odd last one)."""
+    both give the eager chunks' loss and gradient (bf16 head, several chunks, an odd last one).
+    At Qwen's vocabulary ``loss.liger_chunk_mem`` cuts Liger's 1,000 rows in two chunks."""
     from draslice.trainer import loss
 
     gen = torch.Generator(device="cuda").manual_seed(0)
