@@ -138,15 +138,14 @@ def main() -> None:
         for r in rows:
             runs[f"fused@{r}"] = measure(lambda h, w, t, r=r: _ours(h, w, t, r), hidden, head,
                                          targets, args.repeat)
+        ours_mem = loss.liger_chunk_mem(args.tokens, hidden_size, vocab)
         if liger is not None:
-            ours_mem = loss.liger_chunk_mem(args.tokens, hidden_size, vocab)
             for m in [ours_mem] + [m for m in mems if m != ours_mem]:
                 runs[f"liger@{m}"] = measure(lambda h, w, t, m=m: liger(h, w, t, m), hidden,
                                              head, targets, args.repeat)
         print(f"{shape}: the head's two matmuls unchunked (the floor): "
               f"{matmul_floor_ms(hidden, head, args.repeat):.2f} ms; fused chunks of "
-              f"{loss.chunk_tokens(vocab)} tokens; the loop's Liger C="
-              f"{loss.liger_chunk_mem(args.tokens, hidden_size, vocab)}")
+              f"{loss.chunk_tokens(vocab)} tokens; the loop's Liger C={ours_mem}")
         eager = runs["eager"]
         for name, run in runs.items():
             dl = abs(float(run["loss"]) - float(eager["loss"])) / float(eager["loss"])

@@ -508,12 +508,23 @@ def _peft_forward(model, group: bool = True) -> Iterator[int]:  # noqa: ARG001 -
     yield 0
 
 
+def set_up_process(ctx: dict) -> None:
+    """This process's part of an attempt beside ``prepare``'s files: the packed rows the other
+    trainers read (``ctx["rows"]``), and the slice's memory cap (``ctx["cap"]``, 0: none) on
+    its GPU before anything is allocated (our loop is given the cap as well, see train_ours)."""
+    import torch
+
+    from draslice.trainer import device as dev
+
+    ctx["rows"] = packed_rows(ctx["model_dir"], ctx["data"], ctx["seq"])
+    if torch.cuda.is_available() and not ctx["smoke"]:
+        dev.apply_slice_cap(torch.device("cuda", 0), ctx["cap"])
+
+
 def child_main(args: argparse.Namespace) -> None:
     """One attempt of one peer, in this fresh process: ``--batch`` rows under the one cap of
     ``--caps`` (with the peer's memory levers when capped)."""
     import torch  # Unsloth's child imported unsloth first, at the top of this file
-
-    from draslice.trainer import device as dev
 
     if args.sms and torch.cuda.is_available():
         from sm_cap import enter_green_context
@@ -521,11 +532,9 @@ def child_main(args: argparse.Namespace) -> None:
         enter_green_context(args.sms, args.sm_way)
     shape = SHAPES[args.shape]
     ctx = {"shape": shape, "seq": args.seq, "smoke": args.smoke, **json.loads(args.inputs)}
-    ctx["rows"] = packed_rows(ctx["model_dir"], ctx["data"], args.seq)
     cap_name = args.caps
     cap = ctx["cap"] = CAPS[cap_name]
-    if torch.cuda.is_available() and not args.smoke:
-        dev.apply_slice_cap(torch.device("cuda", 0), cap)
+    set_up_process(ctx)
     # Under a cap, with the peer's memory levers, and as many timed steps as uncapped: Unsloth's
     # first steps after warm-up are slow, and 5 timed steps understated it by about 2x
     # (docs/benchmarks.md, run G).

@@ -40,8 +40,8 @@ from peer_trainers import (  # noqa: E402
     SHAPES,
     Clock,
     Ours,
-    packed_rows,
     prepare,
+    set_up_process,
     train_ours,
     train_peer,
     use_switches,
@@ -92,12 +92,8 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     ctx = {"shape": SHAPES[args.shape], "seq": args.seq, "smoke": args.smoke,
            "cap": CAPS[args.cap], **prepare(args.shape, args.seq, root, smoke=args.smoke)}
-    if args.peer != "ours":  # as peer_trainers' child gives it: the rows, the cap set here
-        ctx["rows"] = packed_rows(ctx["model_dir"], ctx["data"], args.seq)
-        if CAPS[args.cap] and torch.cuda.is_available():
-            from draslice.trainer import device as dev
-
-            dev.apply_slice_cap(torch.device("cuda", 0), CAPS[args.cap])
+    if args.peer != "ours":  # as peer_trainers' child does: the rows, the cap set here
+        set_up_process(ctx)
     # The loop logs a step when it reads its loss, one step late on a GPU: the window lags the
     # steps by one, which leaves the per-step averages as they are.
     steps = args.skip + args.active + 1

@@ -210,9 +210,10 @@ def chunked_cross_entropy(hidden: torch.Tensor, head: torch.nn.Module, targets: 
 
 LIGER_HEAD = "_draslice_liger_cross_entropy"
 """Set on a head by ``speed.apply_liger``: its loss goes through Liger's fused linear
-cross-entropy (on an H100 at 16,384 tokens and Qwen's 151,936-word vocabulary it needs 0.06-0.12
-GiB beside its inputs where the chunks here need 0.65, and at hidden 1,536 runs in 0.80x their
-time, at 896 in 1.17x: benchmarks/loss_chunk.py, docs/benchmarks.md run L)."""
+cross-entropy, in chunks :func:`liger_chunk_mem` sizes (on an H100 at 16,384 tokens and Qwen's
+151,936-word vocabulary it needs 0.17-0.19 GiB beside its inputs where the chunks here need
+0.65-0.67, and runs in 0.63x their time at hidden 896, 0.73x at 1,536:
+benchmarks/loss_chunk.py, docs/benchmarks.md run O)."""
 
 
 LIGER_CHUNK_MEM: int | None = None
