@@ -40,9 +40,15 @@ CGROUP_ROOT = "/draslice-node"
 BRIDGE = "draslice0"
 POD_SUBNET = "10.88.0.0/24"
 CNI_BIN = Path("/usr/lib/cni")
-RUNC = Path("/usr/sbin/runc")
+RUNC = Path(os.environ.get("DRASLICE_NODE_RUNC", "/usr/sbin/runc"))
 PAUSE_IMAGE = "localhost/draslice/pause:catatonit"
+DRIVER = "gpu.nvidia.com"  # the name the test driver registers and publishes under
 K8S_NAMESPACE = "k8s.io"  # the containerd namespace the CRI plugin uses
+# Paths containerd and the kubelet use whatever they are configured with (the shims' sockets
+# under /run/containerd/s, the device-plugin socket under /var/lib/kubelet/device-plugins):
+# removed by stop() when they did not exist before start().
+FIXED_HOST_PATHS = (Path("/run/containerd"), Path("/var/lib/kubelet"), Path("/var/run/netns"))
+NETNS = Path("/var/run/netns")  # where the CNI plugins' pod network namespaces are bound
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "node" / "build.sh"
 
@@ -63,21 +69,23 @@ def version_of(binary: Path, *args: str) -> str:
 
 def _containerd_config(work: Path) -> str:
     cri = "plugins.'io.containerd.cri.v1.runtime'"
-    return f"""version = 3
+    return f"""version = 4
 root = "{work}/containerd/root"
 state = "{work}/containerd/state"
 disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor.v1.otlp",
                     "io.containerd.internal.v1.tracing"]
 
-[grpc]
+[plugins.'io.containerd.server.v1.grpc']
   address = "{work}/containerd/containerd.sock"
 
-[ttrpc]
+[plugins.'io.containerd.server.v1.ttrpc']
   address = "{work}/containerd/containerd.sock.ttrpc"
 
 [{cri}]
-  enable_cdi = true
   cdi_spec_dirs = ["{work}/cdi"]
+  # The machine's root lacks CAP_SYS_RESOURCE, so no process may lower its OOM score below its
+  # parent's: containerd then caps each container's (pause: -998) at its own.
+  restrict_oom_score_adj = true
 
 [{cri}.containerd]
   default_runtime_name = "runc"
@@ -87,6 +95,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor
 
 [{cri}.containerd.runtimes.runc.options]
   BinaryName = "{RUNC}"
+  Root = "{work}/runc"
   SystemdCgroup = false
 
 [{cri}.cni]
@@ -122,6 +131,7 @@ def _kubelet_config(work: Path, endpoint: str, ca: Path) -> dict:
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
         "serializeImagePulls": False, "resolvConf": "",
         "nodeStatusUpdateFrequency": "4s", "syncFrequency": "10s",
+        "podLogsDir": str(work / "pod-logs"),  # not /var/log/pods: nothing outlives the node
     }
 
 
@@ -165,6 +175,8 @@ class Node:
     kubelet_version: str = ""
     containerd_version: str = ""
     published: str = ""  # the driver's own line once its ResourceSlices exist
+    created_host_paths: list[Path] = field(default_factory=list)
+    netns_before: set[str] = field(default_factory=set)
 
     @classmethod
     def start(cls, cp: ControlPlane, bin_dir: Path, work: Path, devices_file: Path,
@@ -201,6 +213,10 @@ class Node:
         return self.work / "containerd" / "containerd.sock"
 
     @property
+    def pod_logs(self) -> Path:
+        return self.work / "pod-logs"
+
+    @property
     def root_dir(self) -> Path:
         return self.work / "kubelet"
 
@@ -210,9 +226,12 @@ class Node:
                               timeout=timeout, check=False)
 
     def _start(self, images: list[Path], timeout: float) -> None:
+        self.created_host_paths = [p for p in FIXED_HOST_PATHS if not p.exists()]
+        self.netns_before = set(os.listdir(NETNS)) if NETNS.exists() else set()
         self.kubelet_version = version_of(self.bin_dir / "kubelet", "--version").split()[-1]
         self.containerd_version = version_of(self.bin_dir / "containerd", "--version").split()[2]
-        for sub in ("containerd", "cni", "cni-ipam", "cdi", "kubelet"):
+        for sub in ("containerd", "cni", "cni-ipam", "cdi", "kubelet", "pod-logs",
+                    "kubelet/plugins/" + DRIVER):
             (self.work / sub).mkdir(parents=True, exist_ok=True)
         for controller in _cgroup_controllers():
             (controller / CGROUP_ROOT.lstrip("/")).mkdir(exist_ok=True)
@@ -241,13 +260,17 @@ class Node:
         kubelet = self._spawn("kubelet", [
             str(self.bin_dir / "kubelet"), f"--config={config}", f"--kubeconfig={kubeconfig}",
             f"--root-dir={self.root_dir}", f"--cert-dir={self.work / 'kubelet-pki'}",
-            f"--hostname-override={self.name}", "--node-ip=127.0.0.1", "--v=1"])
+            f"--hostname-override={self.name}",
+            # loopback: the kubelet then advertises no address (it refuses a loopback node IP),
+            # rather than the machine's own, which nothing here may dial
+            "--node-ip=127.0.0.1", "--v=1"])
         admin = self.cp.admin
         self._wait(kubelet, f"node {self.name} Ready", lambda: self.ready(), timeout)
 
         driver = self._spawn("dradriver", [
             str(self.bin_dir / "dradriver"), f"--kubeconfig={self.cp.admin_kubeconfig}",
             f"--node-name={self.name}", f"--devices={self.devices_file}",
+            f"--driver-name={DRIVER}",
             f"--cdi-dir={self.work / 'cdi'}",
             f"--plugin-registration-path={self.root_dir / 'plugins_registry'}",
             f"--datadir={self.root_dir / 'plugins'}"])
@@ -303,7 +326,12 @@ class Node:
         self.processes.clear()
         self._kill_shims()
         _unmount_under(self.work)
+        for name in (set(os.listdir(NETNS)) if NETNS.exists() else set()) - self.netns_before:
+            subprocess.run(["ip", "netns", "delete", name], check=False, capture_output=True)
         subprocess.run(["ip", "link", "delete", BRIDGE], check=False, capture_output=True)
+        for path in self.created_host_paths:
+            _unmount_under(path)
+            shutil.rmtree(path, ignore_errors=True)
         for controller in _cgroup_controllers():
             _remove_cgroup_tree(controller / CGROUP_ROOT.lstrip("/"))
         shutil.rmtree(self.work, ignore_errors=True)

@@ -41,7 +41,7 @@ def sft_run(node_cluster, preflight):
     ended = {}
     for task in TASKS:
         task_pod = run.pod(task, NAMESPACE, node_cluster.trainer_image)
-        ended[task] = run_to_end(node_cluster.admin, task_pod.pod, timeout=600)
+        ended[task] = run_to_end(node_cluster.node, task_pod.pod, timeout=600)
         if ended[task].phase != "Succeeded":
             break
         run.collect(task_pod)

@@ -23,7 +23,7 @@ def test_the_rendered_job_completes_on_the_node(node_cluster):
                 admin.get("Job", name, NAMESPACE)), timeout=600)
         pods = admin.list("Pod", NAMESPACE, labelSelector=f"job-name={name}")
         assert len(pods) == 1
-        log = log_of(admin, pods[0]["metadata"]["name"], NAMESPACE, "train")
+        log = log_of(node_cluster.node, pods[0], "train")
         assert done["status"].get("succeeded") == 1, log
         assert "LoRA SFT on CPU: OK" in log
         assert allocated(admin, pods[0])[0].startswith("gpu.nvidia.com/draslice-node/")
