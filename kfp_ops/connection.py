@@ -136,11 +136,20 @@ def _client_class(policy: transport.Transport) -> type[kfp.Client]:
     class _Client(kfp.Client):
         def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, **kwargs)
-            api_client = self._healthz_api.api_client  # one ApiClient behind every service
-            answers.install(api_client)
-            policy.install(api_client)
+            self._checked()
+
+        def _checked(self):
+            """The one ApiClient behind every service, with the checks installed (once; the
+            stock ``__init__`` may ask healthz before it returns)."""
+            api_client = self._healthz_api.api_client
+            if not getattr(api_client, "_draslice_checked", False):
+                answers.install(api_client)
+                policy.install(api_client)
+                api_client._draslice_checked = True
+            return api_client
 
         def get_kfp_healthz(self, sleep_duration: int = 5):
+            self._checked()
             return self._healthz_api.healthz_service_get_healthz()
 
     return _Client

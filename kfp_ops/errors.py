@@ -96,8 +96,9 @@ def shorten(text: str, limit: int) -> str:
 
 def server_text(body: str | bytes | None) -> str:
     """The whole human part of a KFP error body: its ``message`` (``{"code", "message",
-    "details"}``), or the body itself when it is not KFP's JSON (a proxy's page, Go's plain
-    ``404 page not found``)."""
+    "details"}``), or ``error_message`` and then ``error_details`` (the upload endpoints'
+    ``{"error_message", "error_details"}``), or the body itself when it is not KFP's JSON (a
+    proxy's page, Go's plain ``404 page not found``)."""
     if body is None:
         return ""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
@@ -105,8 +106,13 @@ def server_text(body: str | bytes | None) -> str:
         doc = json.loads(text)
     except ValueError:
         doc = None
-    if isinstance(doc, dict) and isinstance(doc.get("message"), str) and doc["message"]:
-        return doc["message"].strip()
+    if isinstance(doc, dict):
+        if isinstance(doc.get("message"), str) and doc["message"].strip():
+            return doc["message"].strip()
+        message, details = doc.get("error_message"), doc.get("error_details")
+        if isinstance(message, str) and message.strip():
+            more = details.strip() if isinstance(details, str) else ""
+            return message.strip() + (f"\n{more}" if more and more != message.strip() else "")
     return text.strip()
 
 

@@ -14,7 +14,8 @@ client does not do.
   every request (a token file is re-read for each one) join the session's secrets.
 - **A 2xx body that is not text** (binary junk from something that is not the KFP API) raises
   :class:`~draslice.kfp_ops.answers.NotKfpAnswer` instead of the client's
-  ``UnicodeDecodeError``; a non-2xx one is decoded with replacement characters.
+  ``UnicodeDecodeError``; a non-2xx one is decoded with replacement characters (and a TLS
+  failure, which has none, gets an empty one).
 """
 
 from __future__ import annotations
@@ -103,8 +104,9 @@ class Transport:
                         raise
                     time.sleep(0.1 * attempt)  # nothing was sent: trying again is safe
                 except kfp_server_api.ApiException as err:
-                    if isinstance(err.body, bytes):  # the client decodes it as strict UTF-8
-                        err.body = err.body.decode("utf-8", "replace").encode()
+                    # the client decodes the body as strict UTF-8, and has none for TLS errors
+                    body = err.body if isinstance(err.body, bytes) else b""
+                    err.body = body.decode("utf-8", "replace").encode()
                     raise
         finally:
             stop.set()

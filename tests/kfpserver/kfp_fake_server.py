@@ -410,7 +410,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _echoed(self, fault: Fault) -> None:
-        seen = "; ".join(f"{k}: {v}" for k, v in self.headers.items())
+        credentials_first = sorted(self.headers.items(),
+                                   key=lambda kv: kv[0].lower() not in ("authorization", "cookie"))
+        seen = "; ".join(f"{k}: {v}" for k, v in credentials_first)
         text = "x" * fault.filler + f"request headers: {seen}"
         if fault.echo == "field":
             return self._send(200, {"created_at": text, "echo": True})
