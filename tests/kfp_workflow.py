@@ -41,6 +41,7 @@ ARGOEXEC_IMAGE = "quay.io/argoproj/argoexec:v3.6.7"
 EXECUTOR = "system-container-impl"
 CONTAINER_DRIVER = "system-container-driver"
 DAG_DRIVER = "system-dag-driver"
+IMPORTER = "system-importer"
 KEY, VALUE = "pod-metadata-label-key", "pod-metadata-label-val"
 _PARAM = re.compile(r"\{\{inputs\.parameters\.([a-z0-9-]+)\}\}")
 
@@ -110,6 +111,11 @@ def workflow(compiled: Path | str | list[dict], parameters: dict | None = None,
                 dag(ref, component["dag"]["tasks"])
                 continue
             label = component["executorLabel"]
+            if "container" not in executors[label]:  # an importer: no pod of its own code
+                templates.setdefault(IMPORTER, {"name": IMPORTER, "container": {
+                    "image": LAUNCHER_IMAGE, "command": ["launcher-v2"]}})
+                steps.append({"name": task_name, "template": IMPORTER})
+                continue
             container = executors[label]["container"]
             steps.append({"name": f"{task_name}-driver", "template": CONTAINER_DRIVER,
                           "arguments": {"parameters": [
@@ -167,24 +173,45 @@ def _substitute(value, arguments: dict):
 
 def executor_pod(wf: dict, task_name: str, name: str, namespace: str,
                  resources: dict | None = None) -> dict:
-    """The pod Argo creates for ``task_name``'s executor step: the shared template with the
-    task's arguments substituted, and the container driver's pod spec patch applied (its
-    image is the one in the component's JSON; ``resources`` stands for limits the task set)."""
+    """The pod Argo creates for ``task_name``'s executor step of ``wf``: the shared template
+    with the task's arguments substituted, and the container driver's pod spec patch applied
+    (its image is the one in the component's JSON; ``resources`` stands for limits the task
+    set)."""
     step, template = task_step(wf, task_name)
     driver = next(s for t in wf["spec"]["templates"] for s in (t.get("dag") or {}).get(
         "tasks", []) if s["name"] == f"{task_name}-driver")
     container = json.loads(next(p["value"] for p in driver["arguments"]["parameters"]
                                 if p["name"] == "container"))
     arguments = {p["name"]: p["value"] for p in step["arguments"]["parameters"]}
+    workflow_name = wf["metadata"].get("name") or wf["metadata"]["generateName"] + "abc12"
+    return _pod(template, arguments, container["image"], name, namespace, workflow_name,
+                f"{workflow_name}.root.{task_name}", wf["spec"]["serviceAccountName"], resources)
+
+
+def argo_pod(name: str, namespace: str, labels: dict | None, image: str,
+             resources: dict | None = None) -> dict:
+    """The pod of an executor step whose task passes ``labels`` (any, for probes): the same
+    substitution into the shared template as :func:`executor_pod`."""
+    labels = labels or {}
+    template = _executor_template(len(labels))
+    suffixes = [""] if len(labels) == 1 else [f"-{i}" for i in range(1, len(labels) + 1)]
+    arguments = {}
+    for suffix, (key, value) in zip(suffixes, sorted(labels.items()), strict=False):
+        arguments.update({KEY + suffix: key, VALUE + suffix: value})
+    return _pod(template, arguments, image, name, namespace, "sft-abc12", "sft-abc12.root.sft",
+                "pipeline-runner", resources)
+
+
+def _pod(template: dict, arguments: dict, image: str, name: str, namespace: str,
+         workflow_name: str, node: str, service_account: str, resources: dict | None) -> dict:
     labels = _substitute((template.get("metadata") or {}).get("labels") or {}, arguments)
-    main = {"name": "main", "image": container["image"],
+    main = {"name": "main", "image": image,
             "command": ["/var/run/argo/argoexec", "emissary", "--", "/kfp-launcher/launch"],
             "volumeMounts": [{"name": "var-run-argo", "mountPath": "/var/run/argo"},
                              {"name": "kfp-launcher", "mountPath": "/kfp-launcher"}]}
     if resources:
         main["resources"] = copy.deepcopy(resources)
     argo_mounts = [{"name": "var-run-argo", "mountPath": "/var/run/argo"}]
-    workflow_name = wf["metadata"].get("name") or wf["metadata"]["generateName"] + "abc12"
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": name, "namespace": namespace,
         "labels": {"pipelines.kubeflow.org/v2_component": "true",
@@ -192,9 +219,9 @@ def executor_pod(wf: dict, task_name: str, name: str, namespace: str,
                    "workflows.argoproj.io/workflow": workflow_name, **labels},
         "annotations": {"pipelines.kubeflow.org/v2_pipeline": "true",
                         "pipelines.kubeflow.org/runtime-role": "launcher",
-                        "workflows.argoproj.io/node-name": f"{workflow_name}.root.{task_name}"}},
+                        "workflows.argoproj.io/node-name": node}},
         "spec": {
-            "serviceAccountName": wf["spec"]["serviceAccountName"],
+            "serviceAccountName": service_account,
             "initContainers": [
                 {"name": "init", "image": ARGOEXEC_IMAGE, "command": ["argoexec", "init"],
                  "volumeMounts": argo_mounts},
@@ -210,3 +237,12 @@ def executor_pod(wf: dict, task_name: str, name: str, namespace: str,
                         {"name": "kfp-launcher", "emptyDir": {}}],
             "restartPolicy": "Never",
         }}
+
+
+def labelled_tasks(compiled: Path | str | list[dict]) -> list[str]:
+    """The tasks of ``compiled`` that run the shared executor template with pod metadata."""
+    wf = workflow(compiled)
+    templates = {t["name"]: t for t in wf["spec"]["templates"]}
+    return sorted(step["name"] for t in templates.values()
+                  for step in (t.get("dag") or {}).get("tasks", [])
+                  if (templates[step["template"]].get("metadata") or {}).get("labels"))
