@@ -96,3 +96,16 @@ def test_a_long_echo_is_cut_after_the_redaction(cli, fake_kfp, tmp_path):
     line = next(ln for ln in res.output.splitlines() if ln.startswith("error: "))
     assert line.endswith("…") and "authorization: <redacted>" in line
     assert TOKEN[:WINDOW] not in line
+
+
+def test_a_secret_is_redacted_in_every_form_a_server_may_echo_it():
+    from urllib.parse import quote
+
+    from draslice.kfp_ops.errors import scrub
+
+    secret = 'tok/"8Kq+2Lm=9Zx'
+    echoed = (f"raw {secret} json {json.dumps(secret)[1:-1]} url {quote(secret, safe='')} "
+              "proxy https://alice:PASSW0RD@kfp.example.com/pipeline")
+    clean = scrub(echoed, [secret])
+    assert clean == ("raw <redacted> json <redacted> url <redacted> proxy "
+                     "https://<credentials>@kfp.example.com/pipeline")
