@@ -13,7 +13,7 @@ the batch is copied to the device (:func:`to_device`). Choosing them on the GPU 
 on a GPU where launching kernels costs about as long as running them the host then cannot queue
 ahead. The copies go from pinned memory for the same reason: a ``non_blocking`` copy from
 pageable memory waits too (on an H200 dropping the pinning took GPT-2-124M from 97,472 to
-69,172 tokens/s, docs/benchmarks.md).
+69,172 tokens/s, docs/benchmarks-history.md).
 """
 
 from __future__ import annotations
