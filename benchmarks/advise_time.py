@@ -7,8 +7,8 @@ What of advise's time estimate a whole GPU can check.
 
 `advise` runs a few steps of a config with every batch padded to ``max_length`` and scales
 their steady step (the median after the first) to a slice's share of the SMs
-(``sizing/timing.py``). The scaling needs an SM-capped GPU to check, which the H100s and H200s
-measured could not give (docs/benchmarks.md, green contexts); the step it scales can be
+(``sizing/timing.py``). The scaling needs an SM-capped GPU to check, which the H200 measured
+could not give (docs/benchmarks.md, green contexts); the step it scales can be
 checked on any GPU. This runs advise's own probe (``sizing.advise.measure``) and then the real
 run of the same config (packed rows of one width, ``--steps`` steps) on the same device, in one
 process, and prints:

@@ -1,6 +1,6 @@
 """Every GPU benchmark behind docs/benchmarks.md in one command, each in its own process.
 
-    python benchmarks/gpu_all.py --out DIR [--only STEP ...] [--timeout-s 3600] [--smoke]
+    python benchmarks/gpu_all.py --out DIR [--only STEP ...] [--timeout-s 7200] [--smoke]
 
 From a checkout installed with ``pip install -e '.[bench]'`` (docs/benchmarks.md says how on a
 GPU host without network). The steps, in this order: the environment's facts (GPU, driver,
@@ -62,7 +62,7 @@ from draslice.benchmarks.childproc import (  # noqa: E402
     write_json,
 )
 
-DEFAULT_TIMEOUT_S = 3600.0
+DEFAULT_TIMEOUT_S = 7200.0
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,7 @@ STEPS = (
     _peers("peers_1.5b_none_b4", "qwen2.5-1.5b", 2048, "none", "ours,hf", "--batch", "4"),
     _peers("peers_1.5b_1g.6gb", "qwen2.5-1.5b", 2048, "1g.6gb", CAPPED, "--fit-max", "8"),
     _peers("peers_1.5b_2g.12gb", "qwen2.5-1.5b", 2048, "2g.12gb", CAPPED, "--fit-max", "24"),
+    _peers("peers_7b_none", "llama-7b", 1024, "none", UNCAPPED),
     _peers("peers_7b_2g.12gb", "llama-7b", 1024, "2g.12gb", CAPPED, "--fit-max", "16"),
     Step("advise_time", "advise_time.py",
          ("--shape", "qwen2.5-1.5b", "--seq", "2048", "--batch", "8", "--steps", "40"),

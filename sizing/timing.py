@@ -19,8 +19,8 @@ What the scaling leaves out, and ``advise`` says so: memory bandwidth and L2 shr
 slice's memory slices (1/8 each), which slows a memory-bound step more; a step that leaves
 SMs idle on the whole GPU (a small model or batch) loses less than its share. The first
 step's extra time (set-up, compilation, graph capture) is host work and is not scaled. No
-prediction has been checked against a real slice: on the H100 and H200 measured, a process's
-SMs could not be capped (CUDA green contexts fail there, docs/benchmarks.md). A time-sliced or
+prediction has been checked against a real slice: on the H200 measured, a process's SMs could
+not be capped (CUDA green contexts fail there, docs/benchmarks.md). A time-sliced or
 MPS-shared GPU gets no prediction: its speed depends on its neighbours.
 """
 
