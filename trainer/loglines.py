@@ -84,6 +84,15 @@ def merged(path: object) -> str:
     return f"[export] merged model saved to {path}"
 
 
+def lock_taken_over(folder: object, holder: str) -> str:
+    return f"[lock] {folder}: took over the lock of a run that is gone ({holder})"
+
+
+def lock_unsupported(folder: object, reason: str) -> str:
+    return (f"[lock] {folder}: this filesystem cannot lock files ({reason}); nothing stops "
+            "a second run from writing here at the same time")
+
+
 def sft_ok(on_cuda: bool) -> str:
     """The final line: the GPU form only when it truly ran on a CUDA device."""
     return SFT_OK_GPU if on_cuda else SFT_OK_CPU
@@ -107,7 +116,7 @@ def task_skipped(name: str, why: str) -> str:
 # seed's lines users grep, the fine-tune's progress and its outcome.
 GREPPABLE_PREFIXES = ("cuda_available:", "device:", "slice_total_mem_GiB:", "matmul ",
                       MATMUL_OK, MATMUL_FAIL, "[slice] ", "trainable params:", "[checkpoint] ",
-                      "[export] ", SFT_OK_GPU, SFT_OK_CPU)
+                      "[lock] ", "[export] ", SFT_OK_GPU, SFT_OK_CPU)
 PROGRESS_PREFIXES = ("{'loss': ", "{'eval_loss': ")
 
 

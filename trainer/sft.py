@@ -24,6 +24,7 @@ from draslice.trainer import (
     build,
     checkpoint,
     distributed,
+    folder_lock,
     inputs,
     loglines,
     outputs,
@@ -43,7 +44,10 @@ def train(cfg: SFTConfig, output_dir: str | Path, metrics_path: str | Path,
     Rerunning with the same arguments after a kill resumes from the newest checkpoint.
     """
     cfg.check()
-    with distributed.start(cfg.device) as ranks:  # torchrun's processes; alone: a no-op
+    # torchrun's processes (alone: a no-op); the folders' locks, taken by rank 0's checks
+    # (folder_lock), are held until the run ends, however it ends
+    with (distributed.start(cfg.device) as ranks,
+          folder_lock.held_until_done(output_dir, cfg.checkpoint_dir)):
         return _train(cfg, output_dir, Path(metrics_path), ranks,
                       distributed.quiet(log, ranks))
 
@@ -53,7 +57,7 @@ def _train(cfg: SFTConfig, output_dir: str | Path, metrics_path: Path, ranks: di
     ranks.check(cfg.batch_size)
     with ranks.main_first() as main:  # it withdraws the previous record: one process does it
         if main:
-            inputs.check_before_work(cfg, output_dir)  # a bad file costs a second, not a load
+            inputs.check_before_work(cfg, output_dir, log)  # a bad file costs a second
     output_dir = Path(output_dir)  # after the check: Path("") would be the current folder
     device = dev.resolve_device(ranks.device(cfg.device))
     precision = dev.resolve_precision(cfg.precision, device)
