@@ -101,10 +101,10 @@ def check_model_and_data(cfg) -> None:
     model.check_tokenizer_files(cfg.model_dir)
     model.check_weights(cfg.model_dir)
     model.check_max_length(cfg.model_dir, cfg.max_length)
-    check_lora(cfg)
     fmt, records = read_records(cfg.data, cfg.data_format)
     if not cfg.pack:  # each record is at most one row (packing makes rows of the tokens)
         check_batch_size(cfg.batch_size, train_count(len(records), cfg.eval_fraction))
+    check_lora(cfg)  # the first check that imports torch and transformers (seconds)
     # The tokenizer (seconds at most, unlike the weights): one that cannot be loaded, or chat
     # data for a tokenizer without a chat template, is found before the folder is touched.
     check_tokenizer(model.load_tokenizer(cfg.model_dir), fmt, str(cfg.data))

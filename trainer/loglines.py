@@ -60,6 +60,13 @@ def slice_peak(peak_mem_gib: float) -> str:
     return f"[slice] peak_mem={peak_mem_gib:.2f} GiB"
 
 
+def effective_config(origin: str, knobs: dict) -> str:
+    """The configuration a run starts with, once, before any work: where its values come
+    from, then every knob it uses as ``name=value``."""
+    return f"[config] {origin}: " + " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
+                                            for k, v in knobs.items())
+
+
 def trainable_params(trainable: int, total: int) -> str:
     """The line peft's ``print_trainable_parameters`` prints, formatted by us."""
     pct = 100.0 * trainable / total if total else 0.0
@@ -116,7 +123,7 @@ def task_skipped(name: str, why: str) -> str:
 # seed's lines users grep, the fine-tune's progress and its outcome.
 GREPPABLE_PREFIXES = ("cuda_available:", "device:", "slice_total_mem_GiB:", "matmul ",
                       MATMUL_OK, MATMUL_FAIL, "[slice] ", "trainable params:", "[checkpoint] ",
-                      "[lock] ", "[export] ", SFT_OK_GPU, SFT_OK_CPU)
+                      "[config] ", "[lock] ", "[export] ", SFT_OK_GPU, SFT_OK_CPU)
 PROGRESS_PREFIXES = ("{'loss': ", "{'eval_loss': ")
 
 

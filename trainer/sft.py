@@ -63,6 +63,8 @@ def _train(cfg: SFTConfig, output_dir: str | Path, metrics_path: Path, ranks: di
     precision = dev.resolve_precision(cfg.precision, device)
     info = dev.describe(device, dev.apply_slice_cap(device, cfg.slice_memory_gib))
     log(loglines.slice_device(info.name, info.total_mem_gib))
+    if cfg.synthetic:  # a real run's rows are bounded by the model's positions (inputs)
+        budget.check_synthetic_fits(cfg, precision, info.total_mem_gib, info.name)
     dev.reset_peak(device)
     torch.manual_seed(cfg.seed)  # LoRA's init draws from the global generator: same seed, same run
 
