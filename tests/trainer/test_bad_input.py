@@ -138,18 +138,6 @@ def test_a_saved_dataset_with_a_damaged_file_is_named(tiny_gpt2, demo_data, tmp_
     assert not (tmp_path / "out").exists()
 
 
-@pytest.fixture
-def no_model_load(monkeypatch):
-    """The model's weights must not be read: a refusal that came after them would cost a user
-    the load (minutes for a 7B base). A call fails the command with exit 1, not 2."""
-    from draslice.trainer import build
-
-    def refuse(*_args, **_kwargs):
-        raise AssertionError("the model was loaded before the input was refused")
-
-    monkeypatch.setattr(build, "load_pretrained", refuse)
-
-
 @pytest.mark.parametrize(("record", "words"), [
     ({"messages": [{"role": "user", "content": None}, {"role": "assistant", "content": "yo"}]},
      ["messages[0] 'content' is null", "must be a string"]),
