@@ -13,7 +13,6 @@ from click.core import ParameterSource
 
 from draslice.cli.error_output import JsonErrorCommand
 from draslice.cli.knobs import flag, knob_options
-from draslice.errors import InvalidParameter
 from draslice.trainer import loglines
 from draslice.trainer.config import FINETUNE_KNOBS, SFTConfig, check_params
 from draslice.trainer.presets import FINETUNE
@@ -94,15 +93,7 @@ def train(ctx: click.Context, output_dir: str, as_json: bool, **knobs) -> None:
     if knobs["model_dir"] or knobs["data"]:  # a real fine-tune: the finetune pipeline's start
         filled = FINETUNE.fill(given, FINETUNE_KNOBS)
         origin = "the finetune preset where not passed"
-    try:
-        cfg = SFTConfig.from_params({**knobs, **filled})  # bad input fails before torch loads
-    except InvalidParameter as err:
-        if err.name not in filled:
-            raise
-        # a value the user never typed: say where it came from
-        raise InvalidParameter(err.name, err.value, f"{err.valid} ({flag(err.name)} "
-                               f"{filled[err.name]} is the finetune preset's; pass "
-                               f"{flag(err.name)} to choose another)") from None
+    cfg = SFTConfig.from_params({**knobs, **filled})  # bad input fails before torch loads
     if launched()[0] == 0:  # torchrun's other processes would print the same line
         click.echo(loglines.effective_config(origin, cfg.in_use()))
     check_early(cfg, output_dir)  # and a bad folder or file here
