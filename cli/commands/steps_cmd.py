@@ -68,9 +68,17 @@ TRAIN_HELP = f"""LoRA SFT on this pod's device; ends with 'DRA LoRA SFT on GPU s
     """
 
 
-def _not_passed(ctx: click.Context, name: str) -> bool:
-    source = ctx.get_parameter_source(name)
-    return source in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+def train_config(ctx: click.Context) -> tuple[SFTConfig, str]:
+    """The config a parsed ``draslice train`` command line runs with, and where its values
+    come from: the options passed, then for a real fine-tune the finetune preset, then the
+    config's defaults (the synthetic demo's)."""
+    knobs = {k: v for k, v in ctx.params.items() if k in FINETUNE_KNOBS}
+    given = {k: v for k, v in knobs.items() if ctx.get_parameter_source(k) not in
+             (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)}
+    if not (knobs["model_dir"] or knobs["data"]):
+        return SFTConfig.from_params(knobs), "the demo defaults"
+    filled = FINETUNE.fill(given, FINETUNE_KNOBS)  # the finetune pipeline's start
+    return SFTConfig.from_params({**knobs, **filled}), "the finetune preset where not passed"
 
 
 @click.command("train", cls=JsonErrorCommand, help=TRAIN_HELP)
@@ -82,18 +90,12 @@ def _not_passed(ctx: click.Context, name: str) -> bool:
               help="End with one JSON line of the result (tokens_per_s, warmup_seconds, "
                    "wall_seconds, peak_mem_gib, ...).")
 @click.pass_context
-def train(ctx: click.Context, output_dir: str, as_json: bool, **knobs) -> None:
+def train(ctx: click.Context, output_dir: str, as_json: bool, **_knobs) -> None:
     from pathlib import Path
 
     from draslice.trainer.inputs import check_early
 
-    given = {k: v for k, v in knobs.items() if not _not_passed(ctx, k)}
-    origin = "the demo defaults"
-    filled: dict = {}
-    if knobs["model_dir"] or knobs["data"]:  # a real fine-tune: the finetune pipeline's start
-        filled = FINETUNE.fill(given, FINETUNE_KNOBS)
-        origin = "the finetune preset where not passed"
-    cfg = SFTConfig.from_params({**knobs, **filled})  # bad input fails before torch loads
+    cfg, origin = train_config(ctx)  # bad input fails here, before torch is imported
     if launched()[0] == 0:  # torchrun's other processes would print the same line
         click.echo(loglines.effective_config(origin, cfg.in_use()))
     check_early(cfg, output_dir)  # and a bad folder or file here

@@ -65,6 +65,20 @@ def test_the_presets_warmup_stays_its_share_of_the_steps_passed(steps, warmup):
                                                FINETUNE_KNOBS)
 
 
+@pytest.mark.parametrize("model_dir", ["/data/m", ""], ids=["real", "synthetic"])
+def test_a_trainjobs_command_line_trains_the_knobs_it_was_given(model_dir):
+    """The TrainJob component writes `draslice train` options for a whole knob set: the
+    command must run that set, not the preset where a knob sits at the config's default."""
+    from draslice.cli.commands.steps_cmd import train, train_config
+    from draslice.components.trainjob.launch import train_args
+
+    knobs = {name: KNOBS[name].default for name in FINETUNE_KNOBS}
+    knobs.update(model_dir=model_dir, data="/data/t.jsonl" if model_dir else "", steps=40)
+    args = train_args(knobs, "/data/out")
+    cfg, _origin = train_config(train.make_context("train", args))
+    assert cfg == SFTConfig.from_params(knobs)
+
+
 def _figures(seconds: list[float], tokens: list[int] | None = None) -> list[StepFigures]:
     tokens = tokens or [1000] * len(seconds)
     return [StepFigures(i, 1.0, s, t, 0.1)
