@@ -11,7 +11,7 @@ RUN_ARGS ?=
 FAST   := not slow and not kfp and not cluster and not node
 
 .PHONY: setup run test test-slow test-all lint compile manifests cli-docs bench clean \
-	kfp-backend test-kfp test-cluster test-node allocator dist FORCE
+	kfp-backend test-kfp test-cluster test-node image allocator dist FORCE
 
 # The torch choice is part of the stamp: `make run TORCH=torch` on an existing .venv
 # rewrites $(VENV)/.torch, which makes .installed stale, which reinstalls torch.
@@ -100,6 +100,11 @@ test-cluster: setup
 # (docs/cluster-tests.md). Needs root; everything it builds is cached by version outside the repo.
 test-node: setup
 	bash scripts/node/test.sh
+
+# The trainer image from trainer/Dockerfile with buildah and local base images, no registry
+# (as root; cached by content in ~/.cache/draslice/images): docs/kfp-commands.md.
+image: setup
+	bash scripts/node/image.sh
 
 FORCE:
 
