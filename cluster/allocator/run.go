@@ -257,6 +257,11 @@ func compileAll(cache *cel.Cache, classes classLister, claims []*resourceapi.Res
 	return out
 }
 
+// noAllocation is what kube-scheduler's DRA plugin reports for a node where the allocator found
+// no devices for the claim and no error (its Filter's "cannot allocate all claims"), so that the
+// reason preflight gives is the one a Pending pod's PodScheduled condition then shows.
+const noAllocation = "cannot allocate all claims"
+
 // allocate tries the nodes in order, as the scheduler's Filter does for each node, and stops
 // at the first node that can serve the claim.
 func allocate(ctx context.Context, a structured.Allocator, nodes []*v1.Node,
@@ -268,13 +273,10 @@ func allocate(ctx context.Context, a structured.Allocator, nodes []*v1.Node,
 		nctx, cancel := context.WithTimeout(ctx, nodeTimeout)
 		out, err := a.Allocate(nctx, node, []*resourceapi.ResourceClaim{claim})
 		cancel()
+		reason := ""
 		switch {
 		case nodeFailure(err):
-			msg := fmt.Sprintf("node %s: %s", node.Name, err.Error())
-			if reasons.Len() < maxReasons && !reasons.Has(err.Error()) {
-				res.Unschedulable = append(res.Unschedulable, msg)
-			}
-			reasons.Insert(err.Error())
+			reason = err.Error()
 		case err != nil:
 			res.Error = err.Error()
 			return res
@@ -285,7 +287,13 @@ func allocate(ctx context.Context, a structured.Allocator, nodes []*v1.Node,
 					Pool: r.Pool, Device: r.Device, AdminAccess: ptr.Deref(r.AdminAccess, false)})
 			}
 			return res
+		default:
+			reason = noAllocation
 		}
+		if reasons.Len() < maxReasons && !reasons.Has(reason) {
+			res.Unschedulable = append(res.Unschedulable, fmt.Sprintf("node %s: %s", node.Name, reason))
+		}
+		reasons.Insert(reason)
 	}
 	return res
 }

@@ -116,8 +116,10 @@ bud --volume "$(go env GOMODCACHE):/go/pkg/mod" --volume "$(go env GOCACHE):/roo
 bud -t "$ref" "${trainer[@]}"
 "${bh[@]}" push --compression-format "$compression" "$ref" \
     "oci-archive:$tmp/trainer.oci.tar:$ref" >&2
-# Each archive is the whole image (gigabytes): keep only the newest.
+# Each archive is the whole image (gigabytes): keep only the newest, and drop the storage's
+# images no tag names any more (the previous trainer's), keeping the tagged bases.
 rm -f "$images"/trainer-*.oci.tar
+"${bh[@]}" rmi --prune >/dev/null 2>&1 || true
 mv "$tmp/trainer.oci.tar" "$out"
 log "built $ref in $((SECONDS - start)) s: $out ($(du -h "$out" | cut -f1))"
 echo "$out"

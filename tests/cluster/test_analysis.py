@@ -243,6 +243,8 @@ def test_one_node_must_serve_the_whole_claim(snapshot_of):
     report = analyze(snapshot_of(a, b), two)
     assert _request(report).counts() == {FREE: 2}
     assert report.decision == FAIL and "no node can serve the claim" in report.reason
+    # each node's reason in kube-scheduler's words: what a Pending pod's condition then says
+    assert report.unschedulable == ["node node-a: cannot allocate all claims"]
     report = analyze(snapshot_of(_two_migs(), b), two)
     assert report.decision == READY and report.node == "node-a"
 

@@ -36,9 +36,11 @@ REPO = HERE.parents[1]
 NAMESPACE = "kubeflow"
 DATA_CLAIM = "data"
 # What a kubelet's pods need of the controller-manager beyond the control-plane tests' set: the
-# kube-root-ca.crt ConfigMap every namespace gets, PersistentVolumeClaims bound, Jobs run.
+# kube-root-ca.crt ConfigMap every namespace gets, PersistentVolumeClaims bound, Jobs run, and
+# the claims made for a pod deleted with it (they name the pod as owner: the garbage collector).
 NODE_CONTROLLERS = CONTROLLERS + ("root-ca-certificate-publisher-controller",
-                                  "persistentvolume-binder-controller", "job-controller")
+                                  "persistentvolume-binder-controller", "job-controller",
+                                  "garbage-collector-controller")
 APPLIED_MANIFESTS = ("10-claim-templates.yaml", "20-rbac.yaml",
                      "30-admission-policy.map-v1.yaml")
 IMAGE_SCRIPTS = (REPO / "scripts" / "node" / "pause.sh", REPO / "scripts" / "node" / "image.sh")
@@ -143,7 +145,7 @@ def node_cluster():
         shutil.rmtree(work, ignore_errors=True)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def preflight(node_cluster):
     """``draslice preflight ARGS --json`` as the admin: (exit code, report or None, output)."""
     from draslice.cli import main

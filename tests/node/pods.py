@@ -18,6 +18,7 @@ class Ended:
     pod: dict
     phase: str
     log: str
+    devices: list[str]  # driver/pool/device of its claim, read while it ran
 
     @property
     def name(self) -> str:
@@ -52,11 +53,23 @@ def wait_phase(kube: Kube, name: str, namespace: str, phases: tuple[str, ...],
 
 
 def run_to_end(node, pod: dict, timeout: float = 300.0) -> Ended:
+    """Create the pod and wait for its end. The devices of its claim are read while it runs:
+    once a pod is done, the resourceclaim controller deletes the claim made for it."""
     kube, meta = node.cp.admin, pod["metadata"]
     kube.create(pod)
-    ended = wait_phase(kube, meta["name"], meta["namespace"], DONE, timeout)
-    container = ended["spec"]["containers"][0]["name"]
-    return Ended(ended, ended["status"]["phase"], log_of(node, ended, container))
+    deadline, devices = time.monotonic() + timeout, []
+    while True:
+        current = kube.get("Pod", meta["name"], meta["namespace"])
+        if not devices and current.get("status", {}).get("resourceClaimStatuses"):
+            devices = allocated(kube, current)
+        if current.get("status", {}).get("phase") in DONE:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pod {meta['namespace']}/{meta['name']} did not end within "
+                               f"{timeout:.0f} s: {json.dumps(current.get('status', {}))[:1500]}")
+        time.sleep(0.5)
+    container = current["spec"]["containers"][0]["name"]
+    return Ended(current, current["status"]["phase"], log_of(node, current, container), devices)
 
 
 def allocated(kube: Kube, pod: dict) -> list[str]:

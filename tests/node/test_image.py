@@ -69,7 +69,7 @@ def test_the_archive_names_the_image_the_pipelines_run(built, run):
 
 
 def test_draslice_runs_as_uid_1000(run):
-    ids = run("id", "-u", "-g")
+    ids = run("sh", "-c", "id -u; id -g")
     assert ids.returncode == 0 and ids.stdout.split() == ["1000", "1000"], ids
     helped = run("draslice", "--help")
     assert helped.returncode == 0, helped.stderr

@@ -20,7 +20,7 @@ from draslice.cluster.names import CLAIM_LABEL
 from tests.node import summary
 from tests.node.conftest import NAMESPACE, REPO
 from tests.node.kfp_pods import CompiledRun
-from tests.node.pods import allocated, container_spec, release, run_to_end
+from tests.node.pods import container_spec, release, run_to_end
 
 PIPELINE = REPO / "compiled" / "sft.policy.mig-1g-6gb.yaml"
 TEMPLATE = "mig-1g-6gb"
@@ -54,8 +54,7 @@ def test_preflight_said_ready_and_named_the_device_the_scheduler_allocated(sft_r
     code, report, output = sft_run["preflight"]
     assert code == 0 and report and report["decision"] == "ready", output
     predicted = [f"{d['driver']}/{d['pool']}/{d['device']}" for d in report["allocation"]]
-    smoke = sft_run["ended"]["smoke"]
-    assert allocated(node_cluster.admin, smoke.pod) == predicted
+    assert sft_run["ended"]["smoke"].devices == predicted
 
 
 def test_smoke_pod_got_its_slice_from_the_driver_and_passed(sft_run, node_cluster):
@@ -66,7 +65,7 @@ def test_smoke_pod_got_its_slice_from_the_driver_and_passed(sft_run, node_cluste
     assert smoke.pod["spec"]["resourceClaims"] == [
         {"name": TEMPLATE, "resourceClaimTemplateName": TEMPLATE}]
     assert smoke.pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": TEMPLATE}]
-    devices = allocated(node_cluster.admin, smoke.pod)
+    devices = smoke.devices
     assert len(devices) == 1 and devices[0].startswith("gpu.nvidia.com/draslice-node/")
     assert "matmul_on_slice: OK" in smoke.log
     # the claim reached the container: the driver's CDI edit is in the spec containerd ran
@@ -80,7 +79,7 @@ def test_finetune_pod_trained_on_its_slice(sft_run, node_cluster):
     assert finetune.phase == "Succeeded", finetune.log
     assert "LoRA SFT on CPU: OK" in finetune.log
     assert "[slice] peak_mem=" in finetune.log
-    assert len(allocated(node_cluster.admin, finetune.pod)) == 1
+    assert len(finetune.devices) == 1
     spec = container_spec(node_cluster.node, finetune.pod)
     assert f"{_claim_env(finetune.pod)}=true" in spec["process"]["env"]
     summary.record("pod finetune", "pod finetune: Succeeded")
