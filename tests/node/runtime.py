@@ -8,8 +8,11 @@ How the node is set up, and why:
 - cgroup v1 (what these machines mount): the kubelet uses the cgroupfs driver with
   ``failCgroupV1: false`` (1.35+ refuse cgroup v1 without it); pods live under their own cgroup
   root, :data:`CGROUP_ROOT`, which :meth:`Node.stop` removes.
-- Pod network: one Linux bridge with host-local addresses (the Debian CNI plugins), no gateway,
-  no masquerading and no route off the bridge, so a pod reaches nothing but itself.
+- Pod network: one Linux bridge with host-local addresses (the Debian CNI plugins), no
+  masquerading and no route off the bridge, so a pod reaches nothing but the node. The bridge
+  holds the node's own address, :data:`NODE_IP`, made before the kubelet starts: the kubelet
+  listens and registers there (it refuses a loopback node IP), so the API server reaches it and
+  `kubectl logs` works as on any cluster.
 - The sandbox ("pause") image is Debian's catatonit in pause mode, built with buildah, because
   registry.k8s.io cannot be reached; images are imported into containerd's ``k8s.io`` namespace.
 - The kubelet authenticates as ``system:node:<name>`` (the API server runs the Node
@@ -22,6 +25,7 @@ How the node is set up, and why:
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
@@ -39,6 +43,7 @@ NODE_NAME = "draslice-node"
 CGROUP_ROOT = "/draslice-node"
 BRIDGE = "draslice0"
 POD_SUBNET = "10.88.0.0/24"
+NODE_IP = "10.88.0.1"  # on the bridge: the kubelet's address; pods get the rest of the subnet
 CNI_BIN = Path("/usr/lib/cni")
 RUNC = Path(os.environ.get("DRASLICE_NODE_RUNC", "/usr/sbin/runc"))
 PAUSE_IMAGE = "localhost/draslice/pause:catatonit"
@@ -110,8 +115,24 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor
 def _cni_config(work: Path) -> dict:
     return {"cniVersion": "1.0.0", "name": "draslice-node", "plugins": [{
         "type": "bridge", "bridge": BRIDGE, "isGateway": False, "ipMasq": False,
-        "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}]],
+        "ipam": {"type": "host-local",
+                 "ranges": [[{"subnet": POD_SUBNET, "rangeStart": _next_address(NODE_IP)}]],
                  "dataDir": str(work / "cni-ipam")}}]}
+
+
+def _next_address(ip: str) -> str:
+    return str(ipaddress.ip_address(ip) + 1)
+
+
+def _bridge_with_node_address() -> None:
+    """The pods' bridge, up, holding the node's address (the CNI plugin reuses it as it is)."""
+    prefix = POD_SUBNET.split("/")[1]
+    for cmd in (["link", "add", BRIDGE, "type", "bridge"],
+                ["addr", "add", f"{NODE_IP}/{prefix}", "dev", BRIDGE],
+                ["link", "set", BRIDGE, "up"]):
+        out = subprocess.run(["ip", *cmd], capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            raise RuntimeError(f"ip {' '.join(cmd)}: {out.stderr.strip()}")
 
 
 def _kubelet_config(work: Path, endpoint: str, ca: Path) -> dict:
@@ -120,7 +141,7 @@ def _kubelet_config(work: Path, endpoint: str, ca: Path) -> dict:
         "cgroupDriver": "cgroupfs", "failCgroupV1": False, "cgroupRoot": CGROUP_ROOT,
         "failSwapOn": False,
         "containerRuntimeEndpoint": endpoint, "imageServiceEndpoint": endpoint,
-        "address": "127.0.0.1", "port": free_port(), "readOnlyPort": 0,
+        "address": NODE_IP, "port": free_port(), "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1", "healthzPort": free_port(),
         "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
                            "x509": {"clientCAFile": str(ca)}},
@@ -250,6 +271,7 @@ class Node:
             if out.returncode != 0:
                 raise RuntimeError(f"ctr images import {image}: {out.stderr.strip()}")
 
+        _bridge_with_node_address()
         crt, key = self.cp.authority.client(
             f"kubelet-{self.name}", certs.Identity(f"system:node:{self.name}",
                                                    ("system:nodes",)))
@@ -260,10 +282,7 @@ class Node:
         kubelet = self._spawn("kubelet", [
             str(self.bin_dir / "kubelet"), f"--config={config}", f"--kubeconfig={kubeconfig}",
             f"--root-dir={self.root_dir}", f"--cert-dir={self.work / 'kubelet-pki'}",
-            f"--hostname-override={self.name}",
-            # loopback: the kubelet then advertises no address (it refuses a loopback node IP),
-            # rather than the machine's own, which nothing here may dial
-            "--node-ip=127.0.0.1", "--v=1"])
+            f"--hostname-override={self.name}", f"--node-ip={NODE_IP}", "--v=1"])
         admin = self.cp.admin
         self._wait(kubelet, f"node {self.name} Ready", lambda: self.ready(), timeout)
 

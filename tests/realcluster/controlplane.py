@@ -184,6 +184,8 @@ class ControlPlane:
             f"--client-ca-file={ca.cert_path}",
             f"--kubelet-client-certificate={kubelet_client[0]}",
             f"--kubelet-client-key={kubelet_client[1]}",
+            # a node's name resolves nowhere here: dial the address the kubelet registered
+            "--kubelet-preferred-address-types=InternalIP",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={sa_pub}",
             f"--service-account-signing-key-file={sa_key}",
