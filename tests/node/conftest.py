@@ -110,6 +110,24 @@ def _volume(admin: Kube, host: Path) -> None:
         == "Bound", timeout=60)
 
 
+def _wait_policy_active(admin: Kube) -> None:
+    """The API server applies a new MutatingAdmissionPolicy a moment after it is stored: wait
+    until it mutates a labelled pod (a dry run) before the tests create theirs."""
+    from draslice.cluster.names import CLAIM_LABEL
+
+    probe = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"generateName": "policy-probe-", "namespace": NAMESPACE,
+                          "labels": {CLAIM_LABEL: "mig-1g-6gb"}},
+             "spec": {"securityContext": {"runAsNonRoot": True,
+                                          "seccompProfile": {"type": "RuntimeDefault"}},
+                      "containers": [{"name": "main", "image": "probe", "securityContext": {
+                          "allowPrivilegeEscalation": False,
+                          "capabilities": {"drop": ["ALL"]}}}]}}
+    admin.wait("the admission policy to mutate a labelled pod",
+               lambda: admin.create(probe, dry_run=True)["spec"].get("resourceClaims"),
+               timeout=60)
+
+
 @pytest.fixture(scope="session")
 def node_cluster():
     from draslice.cluster.snapshot import NVIDIA_DEVICE_CLASSES
@@ -135,6 +153,7 @@ def node_cluster():
         state = NodeCluster(cp, node, admin, images[-1][1], work / "data")
         for name in APPLIED_MANIFESTS:
             state.kubectl_apply(REPO / "manifests" / name)
+        _wait_policy_active(admin)
         _volume(admin, state.data_host)
         yield state
     finally:

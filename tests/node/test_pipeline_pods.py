@@ -91,7 +91,7 @@ def test_validate_reloads_the_adapter_from_the_volume_and_passes(sft_run):
     assert "resourceClaims" not in validate.pod["spec"]  # no label, no claim: a CPU step
     outputs = sft_run["run"].outputs["validate"]
     assert outputs["passed"] is True, outputs["verdict"]
-    assert outputs["verdict"].startswith("PASS"), outputs["verdict"]
+    assert outputs["verdict"].startswith("verdict: PASS"), outputs["verdict"]
     gate = sft_run["ended"]["gate"]
     assert gate.phase == "Succeeded", gate.log
 
