@@ -71,13 +71,51 @@ class Snapshot:
     notes: list[str] = field(default_factory=list)  # what could not be read, and why
     cache: dict = field(default_factory=dict, repr=False)  # derived once (see analysis.py)
     server_version: str | None = None  # the live cluster's gitVersion (v1.35.2), if read
+    # (kind, namespace, name) -> the object added under it and where it was read; and per
+    # kind, each identical copy dropped: (its name, where the first copy was, this one)
+    _seen: dict[tuple[str, str, str], tuple[dict, str]] = field(default_factory=dict,
+                                                                repr=False)
+    _dropped: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict, repr=False)
 
-    def add(self, obj: dict) -> bool:
-        attr = KINDS.get(obj.get("kind", ""))
+    def add(self, obj: dict, where: str = "") -> bool:
+        """Keep ``obj`` (read at ``where``) if preflight reads its kind. An API server holds one
+        object per kind, namespace and name, so a second copy (two dumps concatenated) is
+        dropped, and said by :meth:`duplicate_notes`, or refused when the copies differ: which
+        one is the cluster's is unknowable, and counting both would count devices twice."""
+        kind = obj.get("kind", "")
+        attr = KINDS.get(kind)
         if attr is None:
             return False
+        name, namespace = _name(obj), _namespace(obj)
+        if name:
+            key = (kind, namespace, name)
+            first = self._seen.get(key)
+            if first is not None:
+                shown = f"{namespace}/{name}" if namespace else name
+                if first[0] != obj:
+                    at = f"{self.source}: {where}" if where else self.source
+                    raise SnapshotError(
+                        f"{at}: a second, different {kind} {shown} (the first is at "
+                        f"{first[1] or 'an earlier one'}); a cluster holds one object per name: "
+                        "keep the copy from one dump")
+                self._dropped.setdefault(kind, []).append((shown, first[1], where))
+                return True
+            self._seen[key] = (obj, where)
         getattr(self, attr).append(obj)
         return True
+
+    def duplicate_notes(self) -> list[str]:
+        """One note per kind of which identical copies were dropped."""
+        notes = []
+        for kind, dropped in self._dropped.items():
+            shown, first, again = dropped[0]
+            more = f" and {len(dropped) - 1} more" if len(dropped) > 1 else ""
+            count = f"a {kind}" if len(dropped) == 1 else f"{len(dropped)} {kind}s"
+            notes.append(
+                f"{self.source} holds {count} twice ({shown} at "
+                f"{first or '?'} and again at {again or '?'}{more}): each counted once, as a "
+                "cluster holds one object per name")
+        return notes
 
     @cached_property
     def inventory(self) -> Inventory:
@@ -145,6 +183,7 @@ def load_snapshot(path: str | Path) -> Snapshot:
         raise SnapshotError(f"{path}: empty file; expected the output of `kubectl get "
                             "deviceclasses,resourceslices,resourceclaims,"
                             "resourceclaimtemplates -A -o yaml`")
+    snap.notes += snap.duplicate_notes()
     return snap
 
 
@@ -180,4 +219,4 @@ def _add_object(snap: Snapshot, where: str, obj) -> None:
         raise SnapshotError(f"{where}: not a Kubernetes object (no `kind`)")
     if obj["kind"] == "ResourceSlice" and not isinstance(obj.get("spec"), dict):
         raise SnapshotError(f"{where}: ResourceSlice without a `spec`")
-    snap.add(obj)
+    snap.add(obj, where.removeprefix(f"{snap.source}: "))
