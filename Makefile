@@ -7,11 +7,11 @@ TORCH  ?= torch==2.13.0
 RUN_ARGS ?=
 
 # The tests that `make test` leaves out: slow ones (the whole pipeline, wheels) run in
-# `make test-slow`; kfp and cluster ones need Go and run in their own targets.
-FAST   := not slow and not kfp and not cluster
+# `make test-slow`; kfp, cluster and node ones need Go and run in their own targets.
+FAST   := not slow and not kfp and not cluster and not node
 
 .PHONY: setup run test test-slow test-all lint compile manifests cli-docs bench clean \
-	kfp-backend test-kfp test-cluster allocator dist FORCE
+	kfp-backend test-kfp test-cluster test-node image allocator dist FORCE
 
 # The torch choice is part of the stamp: `make run TORCH=torch` on an existing .venv
 # rewrites $(VENV)/.torch, which makes .installed stale, which reinstalls torch.
@@ -61,11 +61,11 @@ test: lint allocator
 
 # The slow tier: the whole pipeline under kfp.local, wheels, the benchmark smoke runs.
 test-slow: setup
-	$(VENV)/bin/pytest -m "slow and not kfp and not cluster"
+	$(VENV)/bin/pytest -m "slow and not kfp and not cluster and not node"
 
 # Everything except the kfp and cluster tests, which keep their own targets.
 test-all: lint allocator
-	$(VENV)/bin/pytest -m "not kfp and not cluster"
+	$(VENV)/bin/pytest -m "not kfp and not cluster and not node"
 
 compile: setup
 	$(VENV)/bin/draslice compile
@@ -94,6 +94,17 @@ test-kfp: setup
 # Go modules, cached by version outside the repo) and the tests against it (docs/cluster-tests.md).
 test-cluster: setup
 	bash scripts/cluster/test.sh
+
+# A real node on that control plane (kubelet, containerd, runc, CNI, Kubernetes' DRA test driver,
+# the trainer image built from trainer/Dockerfile) and the pipeline's pods run on it
+# (docs/cluster-tests.md). Needs root; everything it builds is cached by version outside the repo.
+test-node: setup
+	bash scripts/node/test.sh
+
+# The trainer image from trainer/Dockerfile with buildah and local base images, no registry
+# (as root; cached by content in ~/.cache/draslice/images): docs/kfp-commands.md.
+image: setup
+	bash scripts/node/image.sh
 
 FORCE:
 

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 
 class DrasliceError(Exception):
-    """Base class: the message is complete and meant for the user."""
+    """Base class: the message is complete and meant for the user.
+
+    ``detail`` is more text behind the one line (a server's whole answer), printed under it
+    only when ``show_detail`` is set (a command's ``--verbose``)."""
 
     exit_code = 2
+    detail: str = ""
+    show_detail: bool = False
 
 
 class InvalidParameter(DrasliceError, ValueError):

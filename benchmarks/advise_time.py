@@ -7,10 +7,11 @@ What of advise's time estimate a whole GPU can check.
 
 `advise` runs a few steps of a config with every batch padded to ``max_length`` and scales
 their steady step (the median after the first) to a slice's share of the SMs
-(``sizing/timing.py``). The scaling needs an SM-capped GPU to check, which the GPU host cannot
-give (docs/benchmarks.md, green contexts); the step it scales can be checked on any GPU. This
-runs advise's own probe (``sizing.advise.measure``) and then the real run of the same config
-(packed rows of one width, ``--steps`` steps) on the same device, in one process, and prints:
+(``sizing/timing.py``). The scaling needs an SM-capped GPU to check, which the H200 measured
+could not give (docs/benchmarks.md, green contexts); the step it scales can be
+checked on any GPU. This runs advise's own probe (``sizing.advise.measure``) and then the real
+run of the same config (packed rows of one width, ``--steps`` steps) on the same device, in one
+process, and prints:
 
 - the probe's steady step against the real run's, and their ratio;
 - advise's estimate of the real run's step time on the whole GPU
@@ -27,15 +28,11 @@ every linear projection, bf16 weights; ``llama-7b`` is 4-bit QLoRA).
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/scratch.py builds models
-
-from childproc import write_json  # noqa: E402
-from peer_trainers import LORA_ALPHA, LORA_R, SHAPES, TARGETS, prepare  # noqa: E402
+from draslice.benchmarks.childproc import write_json
+from draslice.benchmarks.peer_trainers import LORA_ALPHA, LORA_R, SHAPES, TARGETS, prepare
 
 
 def config(inputs: dict, shape: str, seq: int, batch: int, steps: int, checkpointing: bool,

@@ -20,9 +20,8 @@ its own per-step times after the warm-up (``step_seconds`` in metrics.jsonl: CUD
 one step's end to the next's, the same end-to-end interval on the device). The time at which our
 loop *logs* a step is not usable: it reads a step's loss one step late, after queueing the next
 step, so the log call can come up to a step's queueing after the step ended (and a synchronize
-there would wait for the next step too: peer_trainers.py did that until 2026-12-04 and counted
-one timed step too many, docs/benchmarks.md). What a trainer does between steps (its data
-loader, callbacks) is inside the interval for all of them alike.
+there would wait for the next step too, and count one timed step too many). What a trainer does
+between steps (its data loader, callbacks) is inside the interval for all of them alike.
 tokens/s = timed steps x batch x sequence length / interval. Peak memory is the process's
 peak reserved CUDA memory (what counts against a slice); every trainer runs in its own fresh
 process so no trainer sees another's cached blocks. On the CPU (``--smoke``) peak memory is
@@ -47,15 +46,12 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from childproc import kill_children_on_term, run_child, write_json  # noqa: E402
-from flops import flop_count, mfu  # noqa: E402
-
-from draslice.trainer import device as dev  # noqa: E402
-from draslice.trainer.data import successor_chains  # noqa: E402
-from draslice.trainer.loglines import gib  # noqa: E402
-from draslice.trainer.model import ModelShape, build_base, wrap_lora  # noqa: E402
+from draslice.benchmarks.childproc import kill_children_on_term, run_child, write_json
+from draslice.benchmarks.flops import flop_count, mfu
+from draslice.trainer import device as dev
+from draslice.trainer.data import successor_chains
+from draslice.trainer.loglines import gib
+from draslice.trainer.model import ModelShape, build_base, wrap_lora
 
 TRAINERS = {
     "ours": "draslice SFT loop (default: auto)",
@@ -441,14 +437,9 @@ def report(summary: dict) -> list[str]:
 
 
 def compare(cfg: BenchConfig, trainers: list[str], device: str, precision: str,
-            peak_tflops: float | None, deadline: float, work: Path) -> dict:
+            peak_tflops: float | None, timeout_s: float, work: Path) -> dict:
     runs: dict[str, dict] = {}
     for which in trainers:
-        left = deadline - time.monotonic()
-        if left < 10:
-            runs[which] = {"error": "skipped: no time left in this step's budget"}
-            print(f"[compare {cfg.name}] {which}: skipped, {left:.0f} s left", flush=True)
-            continue
         if which == "trl" and importlib.util.find_spec("trl") is None:
             runs[which] = {"error": "trl is not installed here (pip install 'draslice[bench]')"}
             print(f"[compare {cfg.name}] trl: not installed, not measured", flush=True)
@@ -458,7 +449,7 @@ def compare(cfg: BenchConfig, trainers: list[str], device: str, precision: str,
                 "--config", cfg.name, "--device", device, "--precision", precision,
                 "--steps", str(cfg.timed_steps), "--warmup", str(cfg.warmup),
                 "--json-out", str(result_path)] + (["--smoke"] if cfg.smoke else [])
-        outcome = run_child(argv, result_path, left, prefix=f"[{cfg.name}/{which}] ")
+        outcome = run_child(argv, result_path, timeout_s, prefix=f"[{cfg.name}/{which}] ")
         if outcome.ok:
             runs[which] = outcome.result
         else:
@@ -489,9 +480,9 @@ def main() -> None:
     parser.add_argument("--precision", default="auto", help="auto (bf16 on a GPU), bf16, fp32")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="measured matmul TFLOP/s for MFU (default: measure it now)")
-    parser.add_argument("--budget-s", type=float, default=420.0,
-                        help="wall-clock seconds for the whole comparison (children are "
-                        "killed and reported when it runs out)")
+    parser.add_argument("--timeout-s", type=float, default=1800.0,
+                        help="per trainer's process: one still running after this many "
+                        "seconds is killed and reported (default %(default).0f)")
     parser.add_argument("--json-out", help="write the result JSON here")
     parser.add_argument("--peak-only", action="store_true",
                         help="only measure the matmul peak (the smoke step's checked matmul)")
@@ -507,7 +498,6 @@ def main() -> None:
 
     kill_children_on_term()
     quiet_libraries()
-    deadline = time.monotonic() + args.budget_s
     chosen = args.trainers or ",".join(SMOKE_TRAINERS if args.smoke else TRAINERS)
     trainers = [t.strip() for t in chosen.split(",") if t.strip()]
     unknown = sorted(set(trainers) - set(TRAINERS))
@@ -527,7 +517,7 @@ def main() -> None:
         for name in names:
             cfg = config_for(name, args.smoke, args.steps, args.warmup)
             summary = compare(cfg, trainers, args.device, args.precision, peak["tflops"],
-                              deadline, Path(work))
+                              args.timeout_s, Path(work))
             out["comparisons"][name] = summary
             print("\n".join(report(summary)), flush=True)
             if args.json_out:

@@ -88,7 +88,7 @@ def main() -> None:
     for key, value in facts["gpu"].items():
         print(f"gpu.{key}: {value}")
     if args.json_out:
-        from childproc import write_json
+        from draslice.benchmarks.childproc import write_json
 
         write_json(args.json_out, facts)
 

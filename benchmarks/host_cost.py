@@ -3,7 +3,7 @@
     python benchmarks/host_cost.py [--shape qwen2.5-0.5b] [--layers 2] [--tokens 256]
 
 A Qwen2.5-0.5B step in a 5.75 GiB slice waits on the host: ~4,000 kernel launches a step and
-device time well under wall time (docs/benchmarks.md, run L). A launch is an operator that
+device time well under wall time (``profile_step.py`` on an H100). A launch is an operator that
 computes, so this counts them where no GPU is needed: the model's real layers (random init
 from the shape's config, ``--layers`` of them), LoRA r=16 on every projection, bf16 weights
 under bf16 autocast, gradient checkpointing as under a cap; one forward and backward of the
@@ -36,12 +36,8 @@ import sys
 import time
 from collections import Counter
 from contextlib import nullcontext
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-
-from peer_trainers import LORA_ALPHA, LORA_R, SHAPES, TARGETS  # noqa: E402
+from draslice.benchmarks.peer_trainers import LORA_ALPHA, LORA_R, SHAPES, TARGETS
 
 # Each way of running a layer: (LoRA forward, reentrant checkpoint).
 VARIANTS = {"peft": ("peft", False), "fused": ("fused", False), "grouped": ("grouped", False),

@@ -31,10 +31,7 @@ if "--peer=unsloth" in sys.argv or any(
         a == "--peer" and b == "unsloth" for a, b in zip(sys.argv, sys.argv[1:], strict=False)):
     import unsloth  # noqa: F401
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-
-from peer_trainers import (  # noqa: E402
+from draslice.benchmarks.peer_trainers import (  # noqa: E402
     CAPS,
     OTHERS,
     SHAPES,
@@ -46,7 +43,6 @@ from peer_trainers import (  # noqa: E402
     train_peer,
     use_switches,
 )
-
 from draslice.trainer.config import COMPILE_MODES  # noqa: E402
 
 # The runtime and driver calls that start work on the GPU (a graph's replay is one).

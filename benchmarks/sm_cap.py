@@ -17,11 +17,8 @@ import argparse
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from childproc import write_json  # noqa: E402
+from draslice.benchmarks.childproc import write_json
 
 WAYS = ("init-set-stream", "stream-only", "set-only")
 

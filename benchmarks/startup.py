@@ -104,8 +104,7 @@ def cases() -> list[Case]:
 
 def write_files(folder: str) -> None:
     """What BAD_FILES names: a tiny model folder and a JSONL whose second line is cut short."""
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from tests.scratch import save_preset
+    from draslice.tests.scratch import save_preset
 
     save_preset("tiny-gpt2", f"{folder}/tiny-gpt2")
     with open(f"{folder}/bad.jsonl", "w", encoding="utf-8") as out:

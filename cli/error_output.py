@@ -45,9 +45,11 @@ def _field(err: DrasliceError | click.ClickException) -> str | None:
 
 
 def fail(err: DrasliceError, json_object: dict[str, Any] | None = None) -> NoReturn:
-    """Print ``err`` as ``error: ...`` on stderr (and ``json_object`` on stdout, one line) and
-    exit with its code."""
+    """Print ``err`` as ``error: ...`` on stderr (its detail under it when asked for, and
+    ``json_object`` on stdout, one line) and exit with its code."""
     click.echo(f"error: {err}", err=True)
+    if err.show_detail and err.detail:
+        click.echo(err.detail, err=True)
     if json_object is not None:
         click.echo(json.dumps(json_object))
     sys.exit(err.exit_code)

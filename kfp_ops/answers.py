@@ -11,7 +11,9 @@ deserializing it: JSON, an object where the model is an object, at least one of 
 fields in every non-empty object (KFP leaves out empty fields, so ``{}`` is a valid empty
 list), lists where lists belong, and an id in every pipeline, version, run, experiment and
 recurring run it returns. A failed check raises :class:`NotKfpAnswer`, which
-:func:`draslice.kfp_ops.errors.api_errors` turns into one line naming the action and host.
+:func:`draslice.kfp_ops.errors.api_errors` turns into one line naming the action and host
+(after it has taken the caller's secrets out of the body: the body is carried whole, and
+shortened only for that line).
 """
 
 from __future__ import annotations
@@ -31,11 +33,28 @@ ID_FIELDS = {
     "V2beta1Experiment": "experiment_id",
     "V2beta1RecurringRun": "recurring_run_id",
 }
-_SNIPPET = 80
 
 
 class NotKfpAnswer(Exception):
-    """A 2xx answer that is not what the KFP API answers; the text says what it was."""
+    """A 2xx answer that is not what the KFP API answers.
+
+    ``text`` is its whole body (None when the bytes are not text at all), ``problem`` what is
+    wrong with it as JSON of the expected model (None when it is not JSON)."""
+
+    def __init__(self, status: int, content_type: str, size: int, text: str | None,
+                 problem: str | None = None) -> None:
+        super().__init__(problem or "not JSON")
+        self.status, self.content_type, self.size = status, content_type, size
+        self.text, self.problem = text, problem
+
+
+class NoAnswerInTime(Exception):
+    """The server took a connection (or did not) and sent nothing back within the deadline
+    of one request, retries included."""
+
+    def __init__(self, seconds: float, connected: bool) -> None:
+        super().__init__(f"no answer within {seconds:.0f} s")
+        self.seconds, self.connected = seconds, connected
 
 
 def _model(type_name: str):
@@ -91,16 +110,13 @@ def check_answer(response, response_type: str | None) -> None:
     text = response.data if isinstance(response.data, str) else response.data.decode(
         "utf-8", "replace")
     ctype = response.getheader("content-type") or "no Content-Type"
-    snippet = " ".join(text.split())[:_SNIPPET]
     try:
         doc = json.loads(text)
     except ValueError:
-        raise NotKfpAnswer(f"HTTP {response.status} with {len(text)} characters of {ctype} "
-                           f"that are not JSON ({snippet!r})") from None
+        raise NotKfpAnswer(response.status, ctype, len(text), text) from None
     problem = _problem(doc, response_type)
     if problem:
-        raise NotKfpAnswer(f"HTTP {response.status} with JSON in which {problem} "
-                           f"({snippet!r})")
+        raise NotKfpAnswer(response.status, ctype, len(text), text, problem)
 
 
 def install(api_client: kfp_server_api.ApiClient) -> None:

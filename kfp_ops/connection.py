@@ -3,7 +3,9 @@
 A :class:`KfpConnection` holds only *where* secrets are (an environment variable's name, a
 file path), never a secret itself, so it can be printed, logged and put in a dataclass repr.
 :func:`connect` reads the secrets, hands them to the real ``kfp.Client`` and keeps them in the
-session only to scrub them out of error messages.
+session only to scrub them out of error messages and log records; every request adds the
+credentials it really sent (:mod:`draslice.kfp_ops.transport`), so a rotated token file is
+covered too.
 """
 
 from __future__ import annotations
@@ -12,14 +14,16 @@ import contextlib
 import io
 import logging
 import os
+import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from draslice.errors import InvalidParameter
-from draslice.kfp_ops import answers
+from draslice.kfp_ops import answers, transport
 from draslice.kfp_ops.errors import api_errors, scrub
 
 if TYPE_CHECKING:  # kfp itself is imported on connecting: the CLI's --help needs none of it
@@ -52,6 +56,7 @@ class KfpConnection:
     verify_tls: bool = True
     ca_bundle: str | None = None
     ui_host: str | None = None
+    progress: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
 
     def resolved_host(self) -> str:
         from kfp.client.client import KF_PIPELINES_ENDPOINT_ENV
@@ -64,18 +69,34 @@ class KfpConnection:
                 f"{KF_PIPELINES_ENDPOINT_ENV} (in a cluster pod: "
                 "http://ml-pipeline.kubeflow.svc.cluster.local:8888)",
             )
-        if not host.startswith(("http://", "https://")):
-            host = "https://" + host
-        parts = urlsplit(host)
-        if "@" in parts.netloc:  # user:password@ would be printed with every error
-            shown = parts._replace(netloc="<credentials>@" + parts.netloc.rpartition("@")[2])
-            raise InvalidParameter(
-                "--host", shown.geturl(),
-                "must not carry credentials (user:password@): kfp.Client does not send them, "
-                "and every error message would show them. Give a token with --token-env NAME "
-                "or --token-file PATH, or a session cookie with --cookies-file PATH",
-            )
-        return host.rstrip("/")
+        return checked_url(host, "--host")
+
+    def resolved_ui_host(self, host: str) -> str:
+        return checked_url(self.ui_host, "--ui-host") if self.ui_host else host
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def checked_url(url: str, option: str) -> str:
+    """``url`` as an http(s) base URL (``https://`` added when no scheme is given), refused
+    with another scheme or with credentials in it."""
+    scheme = _SCHEME.match(url)
+    if scheme and scheme.group(1).lower() not in ("http", "https"):
+        raise InvalidParameter(option, url, f"the KFP API speaks HTTP: give an http:// or "
+                                            f"https:// URL, not {scheme.group(1)}://")
+    if not scheme:
+        url = "https://" + url
+    parts = urlsplit(url)
+    if "@" in parts.netloc:  # user:password@ would be printed with every error
+        shown = parts._replace(netloc="<credentials>@" + parts.netloc.rpartition("@")[2])
+        raise InvalidParameter(
+            option, shown.geturl(),
+            "must not carry credentials (user:password@): kfp.Client does not send them, "
+            "and every error message would show them. Give a token with --token-env NAME "
+            "or --token-file PATH, or a session cookie with --cookies-file PATH",
+        )
+    return url.rstrip("/")
 
 
 @dataclass
@@ -86,18 +107,26 @@ class KfpSession:
     host: str
     ui_host: str
     namespace: str | None
-    secrets: tuple[str, ...] = field(default=(), repr=False)
+    secrets: set[str] = field(default_factory=set, repr=False)
+    transport: transport.Transport | None = field(default=None, repr=False)
 
+    @contextlib.contextmanager
     def errors(self, action: str):
-        """Context manager: KFP client errors inside become clear :class:`KfpError` s."""
-        return api_errors(self.host, action, self.secrets)
+        """Context manager: KFP client errors inside become clear :class:`KfpError` s; a
+        request still waiting after a few seconds is reported as part of ``action``."""
+        if self.transport is not None:
+            self.transport.action = action
+        with api_errors(self.host, action, self.secrets):
+            yield
 
     def ui_link(self, fragment: str) -> str:
         return f"{self.ui_host}/#/{fragment.lstrip('/')}"
 
 
-def _client_class() -> type[kfp.Client]:
-    """``kfp.Client`` whose health check answers once instead of retrying for 25 seconds.
+def _client_class(policy: transport.Transport) -> type[kfp.Client]:
+    """``kfp.Client`` whose every request goes through ``policy`` and whose every answer is
+    checked (:mod:`draslice.kfp_ops.answers`), and whose health check answers once instead of
+    retrying for 25 seconds.
 
     The stock client retries ``healthz`` five times, five seconds apart, and logs a traceback
     each time; for a wrong host or a rejected token the user should hear why at once.
@@ -107,34 +136,59 @@ def _client_class() -> type[kfp.Client]:
     class _Client(kfp.Client):
         def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, **kwargs)
-            answers.install(self._healthz_api.api_client)  # one ApiClient behind every service
+            self._checked()
+
+        def _checked(self):
+            """The one ApiClient behind every service, with the checks installed (once; the
+            stock ``__init__`` may ask healthz before it returns)."""
+            api_client = self._healthz_api.api_client
+            if not getattr(api_client, "_draslice_checked", False):
+                answers.install(api_client)
+                policy.install(api_client)
+                api_client._draslice_checked = True
+            return api_client
 
         def get_kfp_healthz(self, sleep_duration: int = 5):
-            return self._healthz_api.healthz_service_get_healthz(_request_timeout=30)
+            self._checked()
+            return self._healthz_api.healthz_service_get_healthz()
 
     return _Client
 
 
 class _Scrubber(logging.Filter):
-    """Takes every secret a session holds out of log records: ``kfp_server_api`` logs each
+    """Takes every secret of every session out of log records: ``kfp_server_api`` logs each
     answer's body at DEBUG, and a server may echo the token back in one."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.secrets: set[str] = set()
+        self.sources: list[set[str]] = []
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.secrets:
+        secrets = set().union(*self.sources)
+        if secrets:
             message = record.getMessage()
-            clean = scrub(message, self.secrets)
+            clean = scrub(message, secrets)
             if clean != message:
                 record.msg, record.args = clean, ()
         return True
 
 
 _SCRUBBER = _Scrubber()
-for _name in ("kfp_server_api.rest", __name__):
-    logging.getLogger(_name).addFilter(_SCRUBBER)
+# The loggers of the packages a request goes through; a filter acts on the records of the
+# logger it is on, not on those its children pass up, so each existing one gets it.
+_LOGGED_PACKAGES = ("kfp", "kfp_server_api", "urllib3", "draslice")
+
+
+def _scrub_logs(secrets: set[str]) -> None:
+    if not any(source is secrets for source in _SCRUBBER.sources):
+        _SCRUBBER.sources.append(secrets)
+    names = {"kfp_server_api.rest", "urllib3.connectionpool", __name__, *(
+        name for name in logging.root.manager.loggerDict
+        if name.split(".")[0] in _LOGGED_PACKAGES)}
+    for name in names:
+        logger = logging.getLogger(name)
+        if _SCRUBBER not in logger.filters:
+            logger.addFilter(_SCRUBBER)
 
 
 @contextlib.contextmanager
@@ -193,15 +247,17 @@ def _credentials(conn: KfpConnection) -> tuple[dict, list[str]]:
 def connect(conn: KfpConnection) -> KfpSession:
     """A :class:`KfpSession` on the real ``kfp.Client``, checked with one health call."""
     host = conn.resolved_host()
+    ui_host = conn.resolved_ui_host(host)
     if conn.ca_bundle and not Path(conn.ca_bundle).is_file():
         raise InvalidParameter("--ca-bundle", conn.ca_bundle, "no such file")
-    kwargs, secrets = _credentials(conn)
-    _SCRUBBER.secrets.update(secrets)
+    kwargs, found = _credentials(conn)
+    secrets = set(found)
+    _scrub_logs(secrets)
     if not conn.verify_tls:
         log.warning("TLS certificate verification is OFF for %s", host)
-    ui_host = (conn.ui_host or host).rstrip("/")
+    policy = transport.Transport(host, secrets, conn.progress, transport.REQUEST_DEADLINE_S)
     with api_errors(host, "connecting", secrets), quiet_client():
-        client = _client_class()(
+        client = _client_class(policy)(
             host=host,
             namespace=conn.namespace or "kubeflow",
             ssl_ca_cert=conn.ca_bundle,
@@ -210,5 +266,6 @@ def connect(conn: KfpConnection) -> KfpSession:
             **kwargs,
         )
         client.get_kfp_healthz()
+    _scrub_logs(secrets)  # loggers kfp made while connecting
     return KfpSession(client=client, host=host, ui_host=ui_host,
-                      namespace=conn.namespace or None, secrets=tuple(secrets))
+                      namespace=conn.namespace or None, secrets=secrets, transport=policy)

@@ -19,7 +19,7 @@ import yaml
 
 from draslice import __version__
 from draslice.errors import InvalidParameter
-from draslice.kfp_ops.errors import NATIVE_FIELD
+from draslice.kfp_ops.errors import NATIVE_FIELD, shorten
 
 DEFAULT_COMPILED_DIR = "compiled"
 DIGEST_CHARS = 12
@@ -131,6 +131,46 @@ def default_image_warning(packages: list[PipelinePackage]) -> str | None:
             "`draslice compile --image YOUR/IMAGE:TAG --out DIR` and send a file from DIR")
 
 
+def check_spec(text: str, spec: dict, path: Path) -> None:
+    """Refuse a pipeline spec KFP's SDK cannot load (``kfp.components.load_component_from_text``
+    parses it into the released ``PipelineSpec``), or one that names a component, executor or
+    task it does not define: KFP takes such a file and the run fails later, on the cluster."""
+    from google.protobuf.json_format import ParseError
+    from kfp.components import load_component_from_text
+
+    try:
+        load_component_from_text(text)
+    except (ParseError, KeyError, TypeError, ValueError) as err:
+        reason = f"no {err.args[0]!r} section" if isinstance(err, KeyError) else err
+        raise InvalidParameter("--variant", str(path), shorten(
+            f"KFP's SDK cannot load it as a pipeline: {reason}", 300)) from None
+    components = spec.get("components") or {}
+    executors = ((spec.get("deploymentSpec") or {}).get("executors")) or {}
+    dags = {"root": spec.get("root") or {}, **components}
+    for dag_name, component in dags.items():
+        tasks = ((component.get("dag") or {}).get("tasks")) or {}
+        for task_name, task in tasks.items():
+            ref = ((task.get("componentRef") or {}).get("name")) or ""
+            if ref not in components:
+                raise InvalidParameter(
+                    "--variant", str(path),
+                    f"task {task_name!r} of {dag_name} uses component {ref!r}, which the file "
+                    f"does not define (it defines {', '.join(sorted(components)) or 'none'})")
+            for dep in task.get("dependentTasks") or ():
+                if dep not in tasks:
+                    raise InvalidParameter(
+                        "--variant", str(path),
+                        f"task {task_name!r} of {dag_name} depends on task {dep!r}, which "
+                        f"{dag_name} does not have")
+    for name, component in components.items():
+        label = component.get("executorLabel")
+        if label is not None and label not in executors:
+            raise InvalidParameter(
+                "--variant", str(path),
+                f"component {name!r} runs executor {label!r}, which the file does not define "
+                f"(it defines {', '.join(sorted(executors)) or 'none'})")
+
+
 def has_native_claims(platform: dict) -> bool:
     executors = (platform.get("platforms", {}).get("kubernetes", {})
                  .get("deploymentSpec", {}).get("executors", {}))
@@ -142,6 +182,7 @@ def load_package(path: str | Path, variant_id: str | None = None) -> PipelinePac
     if not path.is_file():
         raise InvalidParameter("--variant", str(path), "no such file")
     spec, platform = _documents(path)
+    check_spec(path.read_text(), spec, path)
     info = spec["pipelineInfo"]
     return PipelinePackage(
         path=path,
@@ -244,12 +285,17 @@ def arguments_for(package: PipelinePackage, pairs: list[str] | tuple[str, ...]) 
 
 
 def check_knobs(arguments: dict[str, Any], pipeline_name: str) -> None:
-    """Check fine-tune knobs among ``arguments`` against their declared ranges, with the
-    pipeline's preset for the knobs not given (the rules that tie knobs together), so that a
-    run that would fail in its first task is refused before anything is sent."""
-    from draslice.pipelines.variants import preset_of
+    """Check fine-tune knobs among ``arguments`` against their declared ranges and choices,
+    with the pipeline's preset for the knobs not given (the rules that tie knobs together),
+    and the pipeline's own parameters that take one of a few words (``on_missing_dra``), so
+    that a run that would fail in its first task is refused before anything is sent."""
+    from draslice.pipelines.variants import PARAMETER_CHOICES, preset_of
     from draslice.trainer.config import check_params
 
+    for name, choices in PARAMETER_CHOICES.items():
+        if name in arguments and arguments[name] not in choices:
+            raise InvalidParameter(f"--param {name}", arguments[name],
+                                   "must be one of " + ", ".join(choices))
     preset = preset_of(pipeline_name)
     try:
         check_params(arguments, base=None if preset is None else preset.values)

@@ -31,6 +31,10 @@ DEFAULT_EXPERIMENT = "draslice"
 # ERROR is not in the v2beta1 enum but older backends report it.
 EXIT_CODES = {"SUCCEEDED": 0, "FAILED": 1, "ERROR": 1, "SKIPPED": 1, "CANCELED": 5}
 FINAL_STATES = frozenset(EXIT_CODES)
+# What a run (or task) is while KFP 2.17 leaves its state out: until the persistence agent has
+# read a phase from the Workflow, GET run has no ``state`` (its ``state_history`` gets an entry
+# with an update time and no state).
+NO_STATE = "PENDING (the server reports no state yet)"
 
 
 @dataclass(frozen=True)
@@ -60,19 +64,30 @@ class RunOutcome:
 
 
 def default_run_name(pipeline_name: str) -> str:
+    """``<pipeline name> <UTC time>``, as ``submit --help`` says, whichever way the run is
+    made."""
     return f"{pipeline_name} {datetime.now(UTC):%Y-%m-%d %H:%M:%S}Z"
 
 
 def version_inputs(session: KfpSession, pipeline_id: str,
                    version_id: str) -> tuple[dict[str, InputParam], str]:
     """Root inputs and pipeline name of an uploaded version, from the spec the server
-    stored."""
+    stored; refused when the version belongs to another pipeline.
+
+    KFP 2.17 answers GET ``pipelines/<any id>/versions/<version id>`` whatever the pipeline
+    id, and refuses the run only then, with an internal error (HTTP 500)."""
     with session.errors(f"reading pipeline version {version_id}"), quiet_client():
         version = session.client.get_pipeline_version(pipeline_id, version_id)
+    if version.pipeline_id and version.pipeline_id != pipeline_id:
+        raise InvalidParameter("--version-id", version_id,
+                               f"belongs to pipeline {version.pipeline_id}, not to --pipeline-id "
+                               f"{pipeline_id}; give --pipeline-id {version.pipeline_id}")
     spec = version.pipeline_spec or {}
     if "pipeline_spec" in spec:  # stored as {pipeline_spec, platform_spec}
         spec = spec["pipeline_spec"]
-    return read_inputs(spec), str((spec.get("pipelineInfo") or {}).get("name", ""))
+    name = str((spec.get("pipelineInfo") or {}).get("name", ""))
+    # a server may store the name as its metadata context ("[namespace/NS/]pipeline/NAME")
+    return read_inputs(spec), name.rpartition("/")[2]
 
 
 def get_or_create_experiment(session: KfpSession, name: str) -> str:
@@ -115,7 +130,7 @@ def submit(
         arguments = parse_params(list(params), inputs)
     check_knobs(arguments, name)
     label = package.pipeline_name if package else f"version {version_id}"
-    run_name = run_name or default_run_name(package.pipeline_name if package else "draslice run")
+    run_name = run_name or default_run_name(name or label)
     experiment_id = get_or_create_experiment(session, experiment)
     with session.errors(f"creating a run of {label}"), quiet_client():
         run = session.client.run_pipeline(
@@ -135,7 +150,8 @@ def submit(
 
 
 def _state(value) -> str:
-    return str(value or "RUNTIME_STATE_UNSPECIFIED").upper()
+    state = str(value or "").upper()
+    return NO_STATE if state in ("", "RUNTIME_STATE_UNSPECIFIED") else state
 
 
 def _task_states(run) -> dict[str, str]:

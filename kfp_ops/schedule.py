@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from draslice.errors import InvalidParameter
 from draslice.kfp_ops.connection import KfpSession, quiet_client
-from draslice.kfp_ops.cron import to_kfp_cron
+from draslice.kfp_ops.cron import kfp_schedule
 from draslice.kfp_ops.package import PipelinePackage, check_knobs, parse_params
 from draslice.kfp_ops.paging import every, name_filter
 from draslice.kfp_ops.runs import DEFAULT_EXPERIMENT, get_or_create_experiment
@@ -53,8 +53,8 @@ class ScheduleResult:
     note: str = ""
 
 
-def rfc3339(value: str | datetime | None, what: str) -> str | None:
-    """``value`` as an RFC 3339 UTC timestamp; naive times are taken as UTC."""
+def utc_time(value: str | datetime | None, what: str) -> datetime | None:
+    """``value`` (ISO 8601) as an aware UTC time; naive times are taken as UTC."""
     if value is None or value == "":
         return None
     if isinstance(value, datetime):
@@ -66,7 +66,28 @@ def rfc3339(value: str | datetime | None, what: str) -> str | None:
             raise InvalidParameter(what, value, "use ISO 8601, e.g. 2026-12-01T02:00:00Z") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return when.astimezone(UTC).replace(microsecond=0)
+
+
+def rfc3339(value: str | datetime | None, what: str) -> str | None:
+    """``value`` as an RFC 3339 UTC timestamp; naive times are taken as UTC."""
+    when = utc_time(value, what)
+    return None if when is None else when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def checked_trigger(cron: str | None, interval_s: int | None, start=None, end=None
+                    ) -> tuple[str | None, datetime | None, datetime | None]:
+    """(the cron KFP is sent, or None for ``interval_s``; start; end), each refused here when
+    KFP would take it and never run it: ``end`` not after ``start``, a cron with no fire time
+    (``0 2 31 2 *``)."""
+    if cron is not None and interval_s is not None:
+        raise InvalidParameter("trigger", "--cron and --every", "choose one")
+    start_t, end_t = utc_time(start, "--start"), utc_time(end, "--end")
+    if start_t and end_t and end_t <= start_t:
+        raise InvalidParameter("--end", end, f"must be after --start {start_t:%Y-%m-%dT%H:%M:%SZ}")
+    kfp_cron = None if interval_s is not None else kfp_schedule(cron or DEFAULT_CRON, start_t,
+                                                                 end_t)
+    return kfp_cron, start_t, end_t
 
 
 def _schedule(rr) -> Schedule:
@@ -158,15 +179,11 @@ def create_schedule(
 ) -> ScheduleResult:
     """Upload ``package`` (idempotent) and schedule its version; an existing schedule of the
     same name is kept (or, with ``replace``, deleted and made again)."""
-    if cron is not None and interval_s is not None:
-        raise InvalidParameter("trigger", "--cron and --every", "choose one")
-    kfp_cron = to_kfp_cron(cron or DEFAULT_CRON) if interval_s is None else None
+    kfp_cron, start_at, end_at = checked_trigger(cron, interval_s, start, end)
+    start_t, end_t = rfc3339(start_at, "--start"), rfc3339(end_at, "--end")
     if max_concurrency < 1 or max_concurrency > 10:
         raise InvalidParameter("--max-concurrency", max_concurrency, "must be 1 to 10 (KFP's "
                                "limit)")
-    start_t, end_t = rfc3339(start, "--start"), rfc3339(end, "--end")
-    if start_t and end_t and end_t <= start_t:
-        raise InvalidParameter("--end", end, f"must be after --start {start_t}")
     arguments = parse_params(list(params), package.inputs)
     check_knobs(arguments, package.pipeline_name)
     suffix = DEFAULT_SUFFIX if cron is None and interval_s is None else "schedule"

@@ -19,9 +19,11 @@ from draslice.cluster.names import (
     validate_mount_path,
     validate_template_name,
 )
+from draslice.cluster.preflight import ON_MISSING_DRA
 from draslice.components.image import TRAINER_IMAGE
 from draslice.pipelines.claim import ClaimMode
 from draslice.trainer.presets import DEMO, FINETUNE, Preset
+from draslice.trainer.presets import PRESETS as KNOB_PRESETS
 
 
 class _PipelineModules(Mapping[str, ModuleType]):
@@ -66,6 +68,10 @@ GPU_EXECUTORS = {
 }
 # The preset each fine-tuning pipeline's parameters come from (the canary has none).
 PRESETS: dict[str, Preset] = {"sft": DEMO, "finetune": FINETUNE, "finetune-artifact": FINETUNE}
+# The pipelines' own parameters that take one of a few words (the knobs' choices are declared
+# with the knobs, trainer/config.py): submit and schedule refuse any other value before sending.
+PARAMETER_CHOICES: dict[str, tuple[str, ...]] = {"on_missing_dra": ON_MISSING_DRA,
+                                                 "preset": tuple(KNOB_PRESETS)}
 
 
 def preset_of(pipeline_name: str) -> Preset | None:

@@ -1,8 +1,9 @@
 """How long a fine-tune's steps take on a slice, scaled from the steps ``advise`` measured.
 
 A MIG slice has its own share of the GPU's streaming multiprocessors (SMs). A step that keeps
-every SM busy, as LoRA training at long sequences does (52% MFU on an H200, docs/benchmarks.md
-run H), takes about the measured time divided by the slice's share of the SMs measured on.
+every SM busy, as LoRA training at long sequences does (52% MFU at Qwen2.5-1.5B, sequence
+2,048, on an H200, docs/benchmarks.md), takes about the measured time divided by the slice's
+share of the SMs measured on.
 The share comes, best first, from:
 
 - the SMs the cluster publishes for the slice (the NVIDIA DRA driver's ``multiprocessors``
@@ -18,9 +19,9 @@ What the scaling leaves out, and ``advise`` says so: memory bandwidth and L2 shr
 slice's memory slices (1/8 each), which slows a memory-bound step more; a step that leaves
 SMs idle on the whole GPU (a small model or batch) loses less than its share. The first
 step's extra time (set-up, compilation, graph capture) is host work and is not scaled. No
-prediction has been checked against a real slice: the GPU host could not cap a process's SMs
-(CUDA green contexts fail there, docs/benchmarks.md). A time-sliced or MPS-shared GPU gets no
-prediction: its speed depends on its neighbours.
+prediction has been checked against a real slice: on the H200 measured, a process's SMs could
+not be capped (CUDA green contexts fail there, docs/benchmarks.md). A time-sliced or
+MPS-shared GPU gets no prediction: its speed depends on its neighbours.
 """
 
 from __future__ import annotations

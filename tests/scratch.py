@@ -206,7 +206,7 @@ def _init_padding_rows(model: torch.nn.Module, config, seed: int) -> None:
     keeps an exactly-zero residual stream at position 0 (it attends only to itself; no biases),
     so every RMSNorm backward there multiplies by 1/sqrt(eps) = 1000. Measured on a 28-layer
     copy of the ``llama-1.5b`` shape: one such batch sent the gradient to inf by layer 5, and
-    the 1.5B fit went NaN at step 3 at any learning rate (docs/benchmarks.md). A pretrained
+    the 1.5B fit went NaN at step 3 at any learning rate (docs/benchmarks-history.md). A pretrained
     model's pad row is not zero.
     """
     std = float(getattr(config, "initializer_range", 0.02))

@@ -45,9 +45,11 @@ class SFTResult:
     peak_mem_gib: float
     slice_total_mem_gib: float
     tokens_per_s: float
-    """Tokens trained in this process over the seconds its steps took (measured per step;
-    evaluation and checkpoints not included)."""
+    """The steady rate: tokens trained in this process after its warm-up steps over the
+    seconds those steps took (measured per step; evaluation and checkpoints not included;
+    ``measure.Speed``)."""
     train_seconds: float
+    """Every step's seconds, warm-up included."""
     steps: int
     lora_targets: str = ""
     train_tokens: int = 0
@@ -56,6 +58,13 @@ class SFTResult:
     train_examples: int = 0
     eval_examples: int = 0
     merged_dir: str | None = None
+    steady_from_step: int | None = None
+    """The first step the steady rate counts (None: no step after the warm-up)."""
+    warmup_seconds: float = 0.0
+    """The warm-up steps' seconds: compilation, graph capture and first calls."""
+    wall_seconds: float = 0.0
+    """The run's wall time to its last step: checks, load, warm-up, steps, evaluation and
+    checkpoints."""
 
     def to_dict(self) -> dict:
         return asdict(self)

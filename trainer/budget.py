@@ -9,9 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from draslice.errors import InvalidParameter
 from draslice.trainer.config import KNOBS
 
 DEFAULT_HEADROOM = KNOBS["memory_headroom"].default
+GIB = 1024**3
+# What one training step of the synthetic GPT-2 holds, per token: each layer keeps 34 x hidden
+# bytes of activations at 16-bit for backward (Korthikanti et al. 2022, "Reducing Activation
+# Recomputation in Large Transformer Models", eq. 1, less its 5as/h of attention scores, which
+# PyTorch's SDPA does not keep), twice that in fp32; the loss holds fp32 logits, their softmax
+# and its gradient over the vocabulary. On the CPU (fp32) the estimate came to 80% of the peak
+# measured at 1,024 to 4,096 tokens a row: an estimate that refuses only what cannot fit.
+ACTIVATION_BYTES_PER_LAYER = 34
+LOGIT_COPIES = 3
 
 
 def check_headroom(headroom: float) -> float:
@@ -87,3 +97,33 @@ def oom_advice(slice_mem_gib: float, reached_gib: float, knobs: list[Lever] | No
     if knobs:
         advice += " Levers not in use yet: " + "; ".join(k.describe() for k in knobs) + "."
     return advice
+
+
+def synthetic_step_bytes(cfg, precision: str) -> tuple[float, float]:
+    """(bytes per token of a row, bytes besides) that a step of the synthetic run holds,
+    estimated from the shape of an ``SFTConfig``: activations and logits grow with the tokens
+    of a batch, the learned position table with ``seq_len`` (counted per token of the first
+    row), the rest of the weights stay."""
+    s = cfg.shape
+    scale = 1 if precision == "bf16" else 2  # the 34 bytes are at 16-bit
+    per_token = (ACTIVATION_BYTES_PER_LAYER * s.n_embd * s.n_layer * scale
+                 + LOGIT_COPIES * 4 * s.vocab_size)
+    weight = 2 if cfg.bf16_weights else 4
+    fixed = (12 * s.n_layer * s.n_embd**2 + s.vocab_size * s.n_embd) * weight
+    return per_token * cfg.batch_size + s.n_embd * weight, fixed
+
+
+def check_synthetic_fits(cfg, precision: str, device_gib: float, device: str) -> None:
+    """Refuse a synthetic ``seq_len`` whose step cannot fit the device's memory (the slice
+    cap, the GPU, or the host's memory on the CPU), naming the longest that could."""
+    per_seq_token, fixed = synthetic_step_bytes(cfg, precision)
+    need = per_seq_token * cfg.shape.seq_len + fixed
+    if need <= device_gib * GIB:
+        return
+    longest = int((device_gib * GIB - fixed) // per_seq_token)
+    raise InvalidParameter(
+        "seq_len", cfg.shape.seq_len,
+        f"a synthetic step of {cfg.batch_size} x {cfg.shape.seq_len} tokens needs about "
+        f"{need / GIB:.1f} GiB (activations, logits and weights, estimated), more than the "
+        f"{device_gib:.2f} GiB of {device}; at most about {max(longest, 0):,} tokens fit at "
+        f"batch_size {cfg.batch_size}")

@@ -277,6 +277,13 @@ class SFTConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def in_use(self) -> dict[str, Any]:
+        """The knobs this run uses, flat and in ``FINETUNE_KNOBS`` order: a real run's leave
+        out the synthetic model and data, the synthetic run's the model folder and data."""
+        unused = REAL_ONLY if self.synthetic else SYNTHETIC_ONLY
+        flat = {**self.shape.to_dict(), **self.to_dict()}
+        return {k: flat[k] for k in FINETUNE_KNOBS if k not in unused}
+
     @classmethod
     def from_dict(cls, raw: dict) -> "SFTConfig":
         """The config a run recorded (``to_dict``: the shape nested)."""
@@ -315,6 +322,10 @@ class VerdictConfig:
 KNOBS: dict[str, Knob] = {**_knobs_of(SFTConfig), **_knobs_of(ModelShape),
                           **_knobs_of(VerdictConfig)}
 FINETUNE_KNOBS = tuple(k for k in KNOBS if k not in _knobs_of(VerdictConfig))
+# Knobs only one kind of run reads (SFTConfig's docstring): the synthetic model and data, and
+# a real run's model folder and data.
+SYNTHETIC_ONLY = (*_knobs_of(ModelShape), "dataset_size", "alphabet")
+REAL_ONLY = ("model_dir", "data", "data_format", "max_length", "pack")
 VERDICT_KNOBS = tuple(_knobs_of(VerdictConfig))
 
 

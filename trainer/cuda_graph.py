@@ -104,10 +104,10 @@ class GraphedBody:
         created on the warm-up stream, so the capture reuses nodes of another stream, which
         torch (2.10+) then has to synchronise with. On Qwen2.5-1.5B the capture failed right
         after torch's warning that "the AccumulateGrad node's stream does not match", which
-        points here (docs/benchmarks.md, run H). Warmed up here, nothing of it is alive at the
-        capture, and the nodes are made anew on the capture's stream (a newer torch also
-        redirects such nodes itself, :func:`stale_streams_redirected`). Since then the first
-        try captures Qwen2.5-1.5B (runs J and K); the second try stays for shapes not measured.
+        points here. Warmed up here, nothing of it is alive at the capture, and the nodes are
+        made anew on the capture's stream (a newer torch also redirects such nodes itself,
+        :func:`stale_streams_redirected`): so the first try captures Qwen2.5-1.5B on an H200;
+        the second try stays for shapes not measured.
         torch still prints that warning once there, and the capture and replays work. The
         warm-up itself is what the capture needs: cuDNN plans, Triton autotuning and lazy CUDA
         set-up happen outside it.
@@ -116,7 +116,7 @@ class GraphedBody:
         capture's private pool nor the eager steps can use them, so they go back to the device
         first: on Qwen2.5-1.5B at 8 x 2048 a step's activations take about half the H200, and
         with the warm-up's kept the capture failed and the eager run after it ran out of
-        memory at 134.8 of 139.8 GiB (docs/benchmarks.md, run I).
+        memory at 134.8 of 139.8 GiB.
         """
         torch.cuda.synchronize()
         with torch.cuda.stream(torch.cuda.Stream()):
@@ -145,7 +145,7 @@ class GraphedBody:
         A graph removes the host's launch cost, which bounds small models' steps (GPT-2-124M
         at 8 x 512: the default 2.6x HF Trainer); on a large step the device is busy anyway,
         and the graph was slower: Qwen2.5-1.5B at 8 x 2048 on an H200 ran 45,908 tokens/s
-        replayed against 52,769 eager (docs/benchmarks.md, run J). Where the two cross
+        replayed against 52,769 eager. Where the two cross
         depends on the model, the batch and the device, so it is measured here, on the
         shape the run trains, for the cost of a few passes.
         """

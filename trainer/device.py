@@ -155,8 +155,24 @@ def check_slice_cap(device: torch.device, slice_memory_gib: float) -> bool:
     return True
 
 
+# Where a container's memory limit is read: cgroup v2, then v1 (a huge number or "max" when
+# there is none).
+CGROUP_MEMORY_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
 def host_memory_bytes() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    """The host memory this process may use: the machine's, or the container's limit where
+    that is lower (a pod's memory limit, past which it is OOM-killed)."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in CGROUP_MEMORY_LIMITS:
+        try:
+            with open(path) as handle:
+                limit = handle.read().strip()
+        except OSError:
+            continue
+        if limit.isdigit():
+            return min(physical, int(limit))
+    return physical
 
 
 def describe(device: torch.device, slice_cap_gib: float | None = None) -> DeviceInfo:

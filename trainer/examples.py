@@ -14,8 +14,12 @@ turns out of order, a tokenizer without a chat template.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import random
+import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +31,11 @@ if TYPE_CHECKING:  # imported where a batch is made: reading and checking data n
     import torch
 
 IGNORE = -100  # the label torch's cross-entropy skips
+MAX_LINE_BYTES = 4 << 20
+"""The longest JSONL line (and the most text in one saved-dataset row) a run reads: 4 MiB,
+about a million tokens, eight times the 128k-token context of the longest common models.
+Past it a record costs gigabytes to read and tokenize (a 54 MB line took 10 GB of memory and
+two minutes) for an example that max_length cuts anyway."""
 FORMATS = DATA_FORMATS  # declared with the data_format knob
 PROMPT_COMPLETION = ("prompt", "completion")
 CHAT = ("messages",)
@@ -106,11 +115,21 @@ def _jsonl_records(path: Path):
     """(line number, object) for each non-blank line; a bad line is named by number.
 
     Lines are read as bytes and decoded one by one, so a binary or non-UTF-8 file is named by
-    line and byte offset instead of failing inside the text reader with no location.
+    line and byte offset instead of failing inside the text reader with no location. A line
+    is read up to :data:`MAX_LINE_BYTES` and no further, so a line too long is refused after
+    that many bytes, not after the whole of it is in memory (or never, from an endless one).
     """
     offset = 0
     with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        number = 0
+        while raw := handle.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise DatasetError(
+                    f"{path}:{number}: the line is longer than {MAX_LINE_BYTES >> 20} MiB, the "
+                    "most one record may hold (tokenizing it would take gigabytes of memory "
+                    "for an example cut to max_length anyway); split or shorten it"
+                )
             try:
                 line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as err:
@@ -129,6 +148,14 @@ def _jsonl_records(path: Path):
                 raise DatasetError(
                     f"{path}:{number}: not valid JSON ({err.msg} at column {err.colno})"
                 ) from err
+            except RecursionError:
+                raise DatasetError(
+                    f"{path}:{number}: JSON nested deeper than the reader can follow (Python's "
+                    f"recursion limit, {sys.getrecursionlimit()}); a record is an object of "
+                    "strings and lists of messages"
+                ) from None
+            except ValueError as err:  # a number of more digits than Python converts
+                raise DatasetError(f"{path}:{number}: not valid JSON ({err})") from None
             if not isinstance(record, dict):
                 raise DatasetError(
                     f"{path}:{number}: expected a JSON object, got {type(record).__name__}"
@@ -136,13 +163,40 @@ def _jsonl_records(path: Path):
             yield number, record
 
 
+def check_data_path(path: Path) -> None:
+    """The data is a regular file or a folder this process can read; anything else is named:
+    a named pipe (reading one waits for a writer forever), a device (``/dev/zero`` never
+    ends), a socket, a symlink loop or a symlink to nothing."""
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            what = "a symlink loop (too many levels of symbolic links)"
+        elif err.errno == errno.ENOENT and os.path.islink(path):
+            what = f"a symlink to {os.readlink(path)!r}, which does not exist"
+        elif err.errno == errno.ENOENT:
+            what = "no such file or directory"
+        else:
+            what = f"cannot be read ({err.strerror or err})"
+        raise DatasetError(f"{path}: {what} (the training data)") from None
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        if not os.access(path, os.R_OK | (os.X_OK if stat.S_ISDIR(st.st_mode) else 0)):
+            raise DatasetError(f"{path}: this user cannot read it (Permission denied; the "
+                               "training data)")
+        return
+    kinds = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    what = next((words for test, words in kinds if test(st.st_mode)), "not a regular file")
+    raise DatasetError(f"{path}: {what}, not a data file; the data must be a JSONL file or a "
+                       "directory written by datasets' save_to_disk")
+
+
 def read_records(path: str | Path, fmt: str = "auto") -> tuple[str, list[tuple[str, dict]]]:
     """The format and ``(where, record)`` pairs of a data file or saved-dataset directory."""
     if fmt not in FORMATS:
         raise InvalidParameter("data_format", fmt, f"must be one of {', '.join(FORMATS)}")
     path = Path(path)
-    if not path.exists():
-        raise DatasetError(f"{path}: no such file or directory (the training data)")
+    check_data_path(path)
     if fmt == "auto":
         fmt = detect_format(path)
     if path.is_dir():
@@ -176,13 +230,38 @@ def _kind(value) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+def _text_bytes(value: str, field: str, where: str) -> int:
+    """The UTF-8 size of a string field; a lone surrogate (half of a UTF-16 pair, which JSON
+    can spell as ``"\\ud800"`` and no tokenizer can read) is named with its position."""
+    try:
+        return len(value.encode("utf-8"))
+    except UnicodeEncodeError as err:
+        raise DatasetError(
+            f"{where}: {field} holds a lone surrogate ({value[err.start]!r} at character "
+            f"{err.start}), half of a UTF-16 pair that is not text; write the whole pair "
+            "(e.g. \\ud83d\\ude00) or the character itself"
+        ) from None
+
+
+def _check_size(total: int, where: str) -> None:
+    """A saved-dataset row is held to a JSONL line's limit (a line is refused as it is read)."""
+    if total > MAX_LINE_BYTES:
+        raise DatasetError(f"{where}: the record holds {total / (1 << 20):.1f} MiB of text, more "
+                           f"than the {MAX_LINE_BYTES >> 20} MiB one record may hold; split or "
+                           "shorten it")
+
+
 def check_prompt_completion(record: dict, where: str) -> None:
-    """Both columns are strings and the completion is not empty (the loss is put on it)."""
+    """Both columns are strings of text and the completion is not empty (the loss is put
+    on it)."""
+    total = 0
     for key in PROMPT_COMPLETION:
         if not isinstance(record[key], str):
             raise DatasetError(f"{where}: '{key}' is {_kind(record[key])}; it must be a string")
+        total += _text_bytes(record[key], f"'{key}'", where)
     if not record["completion"]:
         raise DatasetError(f"{where}: 'completion' is empty: there is nothing to learn")
+    _check_size(total, where)
 
 
 def check_messages(messages, where: str) -> None:
@@ -206,6 +285,8 @@ def check_messages(messages, where: str) -> None:
                 valid = f"one of {', '.join(ROLES)}" if key == "role" else "a string"
                 raise DatasetError(f"{where}: messages[{i}] '{key}' is {got}; it must be "
                                    f"{valid}")
+    _check_size(sum(_text_bytes(m["content"], f"messages[{i}] 'content'", where)
+                    for i, m in enumerate(messages)), where)
     expected = "user"
     for i, message in enumerate(messages):
         role = message["role"]
@@ -231,6 +312,15 @@ def _dataset_dir_records(path: Path) -> list[tuple[str, dict]]:
         import datasets
     except ImportError as err:  # pragma: no cover - datasets is a dependency
         raise DatasetError(f"{path}: reading a saved dataset needs `pip install datasets`") from err
+    markers = (datasets.config.DATASET_STATE_JSON_FILENAME,
+               datasets.config.DATASETDICT_JSON_FILENAME)
+    if not any((path / name).is_file() for name in markers):
+        held = sorted(p.name for p in path.iterdir())
+        shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "") if held else "nothing"
+        raise DatasetError(
+            f"{path}: a directory, but not one written by datasets' save_to_disk (it has "
+            f"neither {' nor '.join(markers)}; it holds {shown}); pass the JSONL file itself, "
+            "or save the dataset with save_to_disk")
     try:
         loaded = datasets.load_from_disk(str(path))
         if isinstance(loaded, datasets.DatasetDict):

@@ -22,16 +22,17 @@ backward, runs the layer's forward and backward again inside it, as Unsloth's of
 checkpointing does: on a CPU at a width where the host's cost is all there is, a Qwen2 layer
 took 0.87-0.89x the host time (``benchmarks/host_cost.py``). It needs the embeddings' output to
 require grad, which costs a backward through the first layer's frozen weights and breaks a
-compiled body's graph. On an H100 (docs/benchmarks.md, run M) it made the offloaded step
-1.04-1.08x faster where the step is bound by launching kernels (Qwen2.5-0.5B, hidden size 896,
-in a 5.75 GiB slice, +0.03 GiB at the peak) and no faster at 1.5B (hidden size 1,536) or at the
-7B QLoRA shape, where it held 0.32-0.54 GiB more at the peak. Run N, with :func:`choose` taking
-it at 0.5B: 1.05x and 1.21x the non-reentrant one in two calls.
+compiled body's graph. On an H100 it made the offloaded step 1.04-1.21x faster where the step
+is bound by launching kernels (Qwen2.5-0.5B, hidden size 896, in a 5.75 GiB slice, +0.03 GiB at
+the peak) and no faster at 1.5B (hidden size 1,536) or at the 7B QLoRA shape, where it held
+0.32-0.54 GiB more at the peak (``benchmarks/peer_trainers.py``, ``ours-offload-reentrant``
+against ``ours-offload-hooks``).
 """
 
 LAUNCH_BOUND_WIDTH = 1024
-"""Up to this hidden size :func:`choose` takes the reentrant checkpoint: run M's 0.5B (896) was
-bound by launching kernels, its 1.5B (1,536) was not."""
+"""Up to this hidden size :func:`choose` takes the reentrant checkpoint: on an H100 the
+Qwen2.5-0.5B step (hidden 896) in a slice was bound by launching kernels, the 1.5B (1,536) was
+not."""
 
 
 def choose(base: torch.nn.Module, eager: bool) -> bool:

@@ -60,6 +60,13 @@ def slice_peak(peak_mem_gib: float) -> str:
     return f"[slice] peak_mem={peak_mem_gib:.2f} GiB"
 
 
+def effective_config(origin: str, knobs: dict) -> str:
+    """The configuration a run starts with, once, before any work: where its values come
+    from, then every knob it uses as ``name=value``."""
+    return f"[config] {origin}: " + " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
+                                            for k, v in knobs.items())
+
+
 def trainable_params(trainable: int, total: int) -> str:
     """The line peft's ``print_trainable_parameters`` prints, formatted by us."""
     pct = 100.0 * trainable / total if total else 0.0
@@ -72,6 +79,19 @@ def step_loss(step: int, loss: float, tokens_per_s: float) -> str:
     return f"{{'loss': {loss:.4f}, 'step': {step}, 'tokens_per_s': {tokens_per_s:.0f}}}"
 
 
+def speed(tokens_per_s: float, steady_from: int | None, first: int, last: int,
+          warmup_seconds: float, wall_seconds: float) -> str:
+    """The run's speed as separate figures: the steady rate, the warm-up, the whole wall time."""
+    if steady_from is None:
+        rate = f"{tokens_per_s:,.0f} tokens/s over every step (no step after the warm-up)"
+    else:
+        rate = f"{tokens_per_s:,.0f} tokens/s steady (steps {steady_from}-{last})"
+    warm_until = (steady_from or last + 1) - 1
+    span = f"step {first}" if warm_until == first else f"steps {first}-{warm_until}"
+    return (f"[speed] {rate}; warm-up {warmup_seconds:.1f} s ({span}); "
+            f"wall {wall_seconds:.1f} s (load, warm-up, steps, evaluation and checkpoints)")
+
+
 def eval_loss(step: int, loss: float) -> str:
     return f"{{'eval_loss': {loss:.4f}, 'step': {step}}}"
 
@@ -82,6 +102,15 @@ def resumed(step: int, path: object) -> str:
 
 def merged(path: object) -> str:
     return f"[export] merged model saved to {path}"
+
+
+def lock_taken_over(folder: object, holder: str) -> str:
+    return f"[lock] {folder}: took over the lock of a run that is gone ({holder})"
+
+
+def lock_unsupported(folder: object, reason: str) -> str:
+    return (f"[lock] {folder}: this filesystem cannot lock files ({reason}); nothing stops "
+            "a second run from writing here at the same time")
 
 
 def sft_ok(on_cuda: bool) -> str:
@@ -107,7 +136,7 @@ def task_skipped(name: str, why: str) -> str:
 # seed's lines users grep, the fine-tune's progress and its outcome.
 GREPPABLE_PREFIXES = ("cuda_available:", "device:", "slice_total_mem_GiB:", "matmul ",
                       MATMUL_OK, MATMUL_FAIL, "[slice] ", "trainable params:", "[checkpoint] ",
-                      "[export] ", SFT_OK_GPU, SFT_OK_CPU)
+                      "[config] ", "[lock] ", "[speed] ", "[export] ", SFT_OK_GPU, SFT_OK_CPU)
 PROGRESS_PREFIXES = ("{'loss': ", "{'eval_loss': ")
 
 

@@ -7,18 +7,18 @@ pass. For the seven projections of a Qwen2.5-1.5B layer that is about 4.5 GB of 
 a forward at 16,384 tokens. ``addmm(result, x A^T, B^T, alpha=scaling)`` does the same in the
 matmul's epilogue (cuBLAS reads ``result`` once and writes the sum once; ``alpha`` scales in
 the accumulator). On an H200 that made a Qwen2.5-1.5B step at 8 x 2,048 tokens 1.05x faster,
-uncapped and in a 5.75 GiB slice alike (docs/benchmarks.md, run H).
+uncapped and in a 5.75 GiB slice alike (``benchmarks/peer_trainers.py``, ``ours-offload-peft``).
 
-A small model's step is bound by launching kernels rather than by running them (Qwen2.5-0.5B
-in a slice: ~4,000 launches a step, run L), so the projections that read one input (a Llama
-or Qwen layer's q/k/v, and its gate/up) are computed in one call, as Unsloth's LoRA kernels do:
-one matmul for all their ``x A^T``, and a backward of our own (:class:`_LoRAGroup`) that adds
-every input gradient into one buffer and makes the group's A gradients in one matmul, where
-autograd's generic backward scales, casts and adds each projection's pieces apart. The bf16
-copies of the fp32 LoRA weights are made once a step and reused by the recompute of gradient
-checkpointing (:class:`_Plan`). A frozen base, plain or 4-bit, is multiplied inside the same
-call (:class:`_Base`), so its input gradient needs no sum of its own either.
-``benchmarks/host_cost.py`` counts the operators.
+A small model's step is bound by launching kernels rather than by running them (Qwen2.5-0.5B in
+a slice: ~4,000 launches a step, ``benchmarks/profile_step.py``), so the projections that read
+one input (a Llama or Qwen layer's q/k/v, and its gate/up) are computed in one call, as
+Unsloth's LoRA kernels do: one matmul for all their ``x A^T``, and a backward of our own
+(:class:`_LoRAGroup`) that adds every input gradient into one buffer and makes the group's A
+gradients in one matmul, where autograd's generic backward scales, casts and adds each
+projection's pieces apart. The bf16 copies of the fp32 LoRA weights are made once a step and
+reused by the recompute of gradient checkpointing (:class:`_Plan`). A frozen base, plain or
+4-bit, is multiplied inside the same call (:class:`_Base`), so its input gradient needs no sum
+of its own either. ``benchmarks/host_cost.py`` counts the operators.
 
 Only while the loop trains under bf16 autocast (``build.Training.lora_inputs_uncast``), and only
 for plain LoRA (one active adapter, no dropout, not merged, no DoRA or other variant, no

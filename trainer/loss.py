@@ -13,7 +13,7 @@ the batch is copied to the device (:func:`to_device`). Choosing them on the GPU 
 on a GPU where launching kernels costs about as long as running them the host then cannot queue
 ahead. The copies go from pinned memory for the same reason: a ``non_blocking`` copy from
 pageable memory waits too (on an H200 dropping the pinning took GPT-2-124M from 97,472 to
-69,172 tokens/s, docs/benchmarks.md).
+69,172 tokens/s, docs/benchmarks-history.md).
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ LIGER_HEAD = "_draslice_liger_cross_entropy"
 cross-entropy, in chunks :func:`liger_chunk_mem` sizes (on an H100 at 16,384 tokens and Qwen's
 151,936-word vocabulary it needs 0.17-0.19 GiB beside its inputs where the chunks here need
 0.65-0.67, and runs in 0.63x their time at hidden 896, 0.73x at 1,536:
-benchmarks/loss_chunk.py, docs/benchmarks.md run O)."""
+``benchmarks/loss_chunk.py``, docs/benchmarks.md)."""
 
 
 LIGER_CHUNK_MEM: int | None = None
@@ -234,7 +234,7 @@ def liger_chunk_mem(rows: int, hidden_size: int, vocab_size: int) -> int:
     to 19.9 ms at hidden 896 (C=4; peak +0.17 GiB beside the inputs, the chunks here +0.65) and
     the whole 0.5B step in a 5.75 GiB slice 1.27x faster at the same peak; at hidden 1,536 from
     32.8 to 29.5 ms (C=2); Llama's 32,000 words under hidden 4,096 keep C=1
-    (docs/benchmarks.md, run O).
+    (``benchmarks/loss_chunk.py``, docs/benchmarks.md).
     """
     if LIGER_CHUNK_MEM is not None:
         return LIGER_CHUNK_MEM

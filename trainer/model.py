@@ -18,6 +18,7 @@ from draslice.errors import (
     MissingDependency,
     ModelLoadError,
 )
+from draslice.trainer import model_match
 from draslice.trainer.config import AUTO_TARGETS, ModelShape
 
 if TYPE_CHECKING:  # torch, transformers and peft load where a model is built, not at import:
@@ -131,14 +132,7 @@ def wrap_lora(
         raise InvalidParameter("lora_alpha", alpha, "must be >= 1")
     if not 0.0 <= dropout < 1.0:
         raise InvalidParameter("lora_dropout", dropout, "must be in [0, 1)")
-    names = parse_targets(resolve_targets(model, targets))
-    present = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
-    missing = [n for n in names if n not in present]
-    if missing:
-        raise InvalidParameter(
-            "lora_targets", targets,
-            f"{missing} not in the model; its projections are {_projection_names(model)}",
-        )
+    names = check_lora_fits(model, r, targets)
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
@@ -151,6 +145,47 @@ def wrap_lora(
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, config)
+
+
+def check_lora_fits(model: torch.nn.Module, r: int, targets: str) -> list[str]:
+    """The target module names, each present in ``model``, and a rank no larger than the
+    smallest targeted matrix: a LoRA update of rank r on a d_in x d_out weight is a product of
+    d_in x r and r x d_out, whose rank cannot pass min(d_in, d_out), so a larger r only adds
+    parameters (``--lora-r 100000`` on a 1.5B model: 1.6e9 of them). ``model`` may be on the
+    meta device (``model_match``), so this runs before any weight is loaded."""
+    names = parse_targets(resolve_targets(model, targets))
+    present = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    missing = [n for n in names if n not in present]
+    if missing:
+        raise InvalidParameter(
+            "lora_targets", targets,
+            f"{missing} not in the model; its projections are {_projection_names(model)}",
+        )
+    smallest: tuple[int, str] | None = None
+    for full, module in model.named_modules():
+        if full.rsplit(".", 1)[-1] not in names:
+            continue
+        dims = _matrix_dims(module)
+        if dims and (smallest is None or min(dims) < smallest[0]):
+            smallest = (min(dims), f"{full} is {dims[0]} x {dims[1]}")
+    if smallest is not None and r > smallest[0]:
+        raise InvalidParameter(
+            "lora_r", r, f"must be at most {smallest[0]}, the smallest dimension of the "
+            f"targeted projections ({smallest[1]}): a larger rank adds parameters, not rank")
+    return names
+
+
+def _matrix_dims(module: torch.nn.Module) -> tuple[int, int] | None:
+    """(inputs, outputs) of a layer LoRA can wrap: a Linear (4-bit ones too, whose packed
+    weight has another shape), GPT-2's Conv1D, an Embedding; None for anything else."""
+    if isinstance(getattr(module, "in_features", None), int):
+        return module.in_features, module.out_features
+    if type(module).__name__ == "Conv1D":
+        return module.nx, module.nf
+    weight = getattr(module, "weight", None)
+    if type(module).__name__ == "Embedding" and weight is not None:
+        return tuple(weight.shape)
+    return None
 
 
 def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
@@ -317,9 +352,11 @@ def load_pretrained(
         place = (device.index or 0) if on_cuda else "cpu"
         kwargs.update(quantization_config=qlora_config(), device_map={"": place})
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        model, loading = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True,
+                                                              **kwargs)
     except (OSError, ValueError, KeyError, SafetensorError) as err:
         raise ModelLoadError(f"{path}: cannot load a causal LM from it ({err})") from err
+    model_match.check_report(path, loading)  # what the header check could not read ahead
     return model  # training forwards ask for no KV cache themselves (loss.causal_lm_loss)
 
 

@@ -22,7 +22,7 @@ only after the copies that use it (the host allocator records them).
 transformers 5.2x offers the same as ``activation_checkpointing_enable(offload=True)``, through
 torch's ``save_on_cpu``: every saved tensor, its copies on the compute stream (its docstring says
 the step gets slower). Here the copy out runs beside the compute, and the small tensors every
-layer shares stay put; the GPU host's transformers (5.17) may not have it either.
+layer shares stay put; transformers 5.17 (the one benchmarked) may not have it either.
 """
 
 from __future__ import annotations

@@ -27,6 +27,25 @@ class Preset:
         """Every exposed knob with the value it starts from."""
         return {name: self.default(name) for name in self.exposed}
 
+    def fill(self, given: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+        """This preset's values for the knobs among ``names`` a user did not give, as
+        ``draslice train`` starts from them; the values in ``given`` win.
+
+        Two adjustments keep a partial choice coherent: the volume's layout
+        (:data:`VOLUME_PATHS`) is no default outside the pipeline, and when ``steps`` is
+        given its warmup stays the preset's share of them (10 of 200: 5%), so ``--steps 5``
+        does not meet a warmup of 10 steps the user never chose.
+        """
+        filled = {k: v for k, v in self.values.items()
+                  if k in names and k not in given and k not in VOLUME_PATHS}
+        if "warmup_steps" in filled and "steps" in given and "steps" in self.values:
+            filled["warmup_steps"] = filled["warmup_steps"] * given["steps"] // self.values["steps"]
+        return filled
+
+
+# Where the finetune pipelines' volume holds the inputs and the checkpoints, relative to its
+# mount: no defaults for a command in a shell (there checkpoints go under --output-dir).
+VOLUME_PATHS = ("model_dir", "data", "checkpoint_dir")
 
 # `draslice run` and the `sft` pipelines: the fine-tune with the built-in model and data
 # (a small GPT-2 built from a config, on learnable successor chains). The config's defaults

@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display in a task pod
 import matplotlib.pyplot as plt  # noqa: E402
 
+from draslice.trainer.measure import speed_of  # noqa: E402
 from draslice.trainer.validate import Verdict, memory_compared  # noqa: E402
 
 
@@ -45,11 +46,16 @@ def loss_figure(records: list[dict]) -> str:
     return _png(fig)
 
 
-def throughput_figure(records: list[dict]) -> str:
-    """Tokens/s per step, each step's tokens over its own measured seconds."""
+def throughput_figure(records: list[dict], steady_from: int | None = None) -> str:
+    """Tokens/s per step, each step's tokens over its own measured seconds; the warm-up steps
+    (before ``steady_from``) shaded."""
     fig, ax = plt.subplots(figsize=(6, 2.6))
     ax.plot([r["step"] for r in records], [r["tokens_per_s"] for r in records], marker="o",
             markersize=3, color="#2ca02c")
+    if steady_from is not None and records and steady_from > records[0]["step"]:
+        ax.axvspan(records[0]["step"] - 0.5, steady_from - 0.5, color="#999999", alpha=0.2,
+                   label="warm-up")
+        ax.legend(fontsize=8)
     ax.set_xlabel("step")
     ax.set_ylabel("tokens/s")
     ax.set_ylim(bottom=0)
@@ -79,6 +85,23 @@ def _table(rows: dict) -> str:
     return f"<table>{cells}</table>"
 
 
+def speed_rows(found: dict | None) -> dict:
+    """The run's speed (``measure.speed_of``) as the report's table: the steady rate, the
+    warm-up and the whole wall time, each on its own row."""
+    if found is None:
+        return {"steady tokens/s": "not recorded by this fine-tune (an older draslice)"}
+    steady = found["steady_from_step"]
+    return {
+        "steady tokens/s": (f"{found['steady_tokens_per_s']:,.0f} from step {steady}"
+                            if steady is not None else
+                            f"{found['steady_tokens_per_s']:,.0f} over every step (no step "
+                            "after the warm-up)"),
+        "warm-up": f"{found['warmup_seconds']:.1f} s (compilation, graph capture, first calls)",
+        "wall time": f"{found['wall_seconds']:.1f} s (load, warm-up, steps, evaluation, "
+                     "checkpoints)",
+    }
+
+
 def render_html(verdict: Verdict, records: list[dict], device: dict, claim: dict,
                 smoke: dict | None = None) -> str:
     """The report: ``records`` are the fine-tune's per-step metrics, ``smoke`` the smoke
@@ -94,9 +117,12 @@ def render_html(verdict: Verdict, records: list[dict], device: dict, claim: dict
     label, _ = memory_compared(device, claim.get("template", ""))
     mem = memory_figure(f["peak_mem_gib"], f["slice_total_mem_gib"], f["memory_budget_gib"],
                         label)
-    throughput = (f'<img alt="tokens per second over steps" src="{throughput_figure(records)}">'
+    run_speed = speed_of(records)
+    throughput = (f'<img alt="tokens per second over steps" '
+                  f'src="{throughput_figure(records, (run_speed or {}).get("steady_from_step"))}">'
                   if all("tokens_per_s" in r for r in records) else
                   "<p>not recorded by this fine-tune</p>")
+    throughput = _table(speed_rows(run_speed)) + throughput
     smoke_rows = ({"matmul TFLOP/s": f"{smoke['tflops']:.2f}"} if smoke and smoke.get("tflops")
                   else {"matmul TFLOP/s": "not measured (the smoke task did not report it)"})
     return f"""<!doctype html>

@@ -13,6 +13,7 @@ It prints the seed's lines (see ``loglines``) and ends with ``DRA LoRA SFT on GP
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from draslice.trainer import (
     build,
     checkpoint,
     distributed,
+    folder_lock,
     inputs,
     loglines,
     outputs,
@@ -32,7 +34,7 @@ from draslice.trainer import device as dev
 from draslice.trainer.artifacts import SFTResult, loss_drop
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.loss import to_device
-from draslice.trainer.measure import Progress, StepReader, evaluate
+from draslice.trainer.measure import Progress, Speed, StepReader, evaluate
 
 
 @outputs.clear_write_errors
@@ -42,23 +44,29 @@ def train(cfg: SFTConfig, output_dir: str | Path, metrics_path: str | Path,
 
     Rerunning with the same arguments after a kill resumes from the newest checkpoint.
     """
+    started = time.perf_counter()
     cfg.check()
-    with distributed.start(cfg.device) as ranks:  # torchrun's processes; alone: a no-op
+    # torchrun's processes (alone: a no-op); the folders' locks, taken by rank 0's checks
+    # (folder_lock), are held until the run ends, however it ends
+    with (distributed.start(cfg.device) as ranks,
+          folder_lock.held_until_done(output_dir, cfg.checkpoint_dir)):
         return _train(cfg, output_dir, Path(metrics_path), ranks,
-                      distributed.quiet(log, ranks))
+                      distributed.quiet(log, ranks), started)
 
 
 def _train(cfg: SFTConfig, output_dir: str | Path, metrics_path: Path, ranks: distributed.Ranks,
-           log: Callable[[str], None]) -> SFTResult:
+           log: Callable[[str], None], started: float) -> SFTResult:
     ranks.check(cfg.batch_size)
     with ranks.main_first() as main:  # it withdraws the previous record: one process does it
         if main:
-            inputs.check_before_work(cfg, output_dir)  # a bad file costs a second, not a load
+            inputs.check_before_work(cfg, output_dir, log)  # a bad file costs a second
     output_dir = Path(output_dir)  # after the check: Path("") would be the current folder
     device = dev.resolve_device(ranks.device(cfg.device))
     precision = dev.resolve_precision(cfg.precision, device)
     info = dev.describe(device, dev.apply_slice_cap(device, cfg.slice_memory_gib))
     log(loglines.slice_device(info.name, info.total_mem_gib))
+    if cfg.synthetic:  # a real run's rows are bounded by the model's positions (inputs)
+        budget.check_synthetic_fits(cfg, precision, info.total_mem_gib, info.name)
     dev.reset_peak(device)
     torch.manual_seed(cfg.seed)  # LoRA's init draws from the global generator: same seed, same run
 
@@ -72,7 +80,8 @@ def _train(cfg: SFTConfig, output_dir: str | Path, metrics_path: Path, ranks: di
                 checkpoint.latest_whole(ckpt_root, log)
         start_step, losses = build.resume(run, ckpt_root, log)
         progress = Progress(metrics_path if ranks.is_main else None, start_step, losses,
-                            cfg.log_every, cfg.steps, device, log, cfg.learning_rate)
+                            cfg.log_every, cfg.steps, device, log, cfg.learning_rate,
+                            started)
         ranks.index(run.train_rows)
         # DDP when spread (LoRA grads all-reduced), unless fsdp sharded it (build.assemble)
         step_loss = ranks.wrap(run.step_loss, device)
@@ -120,12 +129,14 @@ def _train(cfg: SFTConfig, output_dir: str | Path, metrics_path: Path, ranks: di
                                               run.autocast)
         peak_gib = loglines.gib(ranks.max(dev.peak_memory_bytes(device), device))
         initial, final, drop = loss_drop(losses)
+        # no step in this process (resumed at the last step): no speed measured
+        run_speed = progress.speed or Speed(0.0, None, 0.0, time.perf_counter() - started)
         result = SFTResult(
             device=info.to_dict(), precision=precision, trainable_params=run.trainable_params,
             total_params=run.total_params, initial_loss=initial, final_loss=final,
             loss_drop=drop, peak_mem_gib=peak_gib, slice_total_mem_gib=info.total_mem_gib,
-            tokens_per_s=(progress.train_tokens / progress.train_seconds
-                          if progress.train_seconds else 0.0),
+            tokens_per_s=run_speed.tokens_per_s, steady_from_step=run_speed.steady_from_step,
+            warmup_seconds=run_speed.warmup_seconds, wall_seconds=run_speed.wall_seconds,
             train_seconds=progress.train_seconds, steps=cfg.steps, lora_targets=cfg.lora_targets,
             train_tokens=progress.train_tokens, eval_loss=progress.eval_loss,
             resumed_from_step=start_step, train_examples=len(run.train_rows),

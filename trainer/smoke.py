@@ -7,6 +7,7 @@ then timed to give achieved TFLOP/s — bf16 on a GPU, fp32 on the CPU.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
 
@@ -89,6 +90,25 @@ def _checked_and_timed(
     return rel_error, seconds, bool(torch.isfinite(c).all().item())
 
 
+def check_fits(n: int, dtype: torch.dtype, info: dev.DeviceInfo) -> None:
+    """Refuse a matmul whose matrices cannot fit, naming the largest size that can. The
+    operands are drawn in fp32 on the host, then placed on the device in ``dtype``; the device
+    holds them, the product, and the next product while the last is still referenced (four
+    n x n matrices; on the CPU the two fp32 operands are those matrices)."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    host_gib = loglines.gib(dev.host_memory_bytes())
+    limits = [(4 * 4 if info.device == "cpu" else 2 * 4, host_gib, "host memory")]
+    if info.device != "cpu":
+        limits.append((4 * elem, info.total_mem_gib, info.name))
+    for per_entry, gib, where in limits:
+        if per_entry * n * n > gib * loglines.GIB:
+            largest = int(math.sqrt(gib * loglines.GIB / per_entry))
+            raise InvalidParameter(
+                "matmul_size", n,
+                f"must be at most {largest:,} here: a {n} x {n} check needs "
+                f"{per_entry * n * n / loglines.GIB:.1f} GiB of {where} and it has {gib:.2f} GiB")
+
+
 def run_smoke(
     device: str = "auto",
     matmul_size: int = 0,
@@ -107,6 +127,7 @@ def run_smoke(
     on_gpu = torch_device.type == "cuda"
     n = matmul_size or (8192 if on_gpu else 1024)
     dtype = torch.bfloat16 if on_gpu and torch.cuda.is_bf16_supported() else torch.float32
+    check_fits(n, dtype, info)
 
     try:
         rel_error, seconds, finite = _checked_and_timed(torch_device, n, dtype, iterations, seed)

@@ -1,9 +1,9 @@
 """How a training step is made fast: one decision per run, taken before the first step.
 
 The eager step of a LoRA fine-tune on a GPU is bound by launching kernels, not by running them
-(docs/benchmarks.md: GPT-2-124M kept an H200 busy 29.5 ms of a 63 ms step, ~1,800 launches). So
-the default (``compile="auto"``) removes the launches where it can, with PyTorch's and Liger's
-own code rather than kernels of ours:
+(docs/benchmarks-history.md: GPT-2-124M kept an H200 busy 29.5 ms of a 63 ms step, ~1,800
+launches). So the default (``compile="auto"``) removes the launches where it can, with
+PyTorch's and Liger's own code rather than kernels of ours:
 
 - ``cudagraphs``: the transformer body is captured once as a CUDA graph, forward and backward
   (``torch.cuda.make_graphed_callables``), and replayed each step: one launch per pass, no

@@ -2,7 +2,8 @@
 
 One decorator so the three commands spell host, credentials and TLS the same way; secrets
 are only ever named (an environment variable, a file), never passed on the command line,
-where they would land in shell history and ``ps``.
+where they would land in shell history and ``ps``. A server's error is one line (the first of
+its message); ``--verbose`` prints the rest of its answer (KFP's Go stack traces) under it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import click
 
 from draslice.kfp_ops.connection import DEFAULT_TOKEN_ENV, KfpConnection
+from draslice.kfp_ops.errors import KfpError
 
 
 def connection_options(func):
@@ -45,17 +47,25 @@ def connection_options(func):
                   help="Do not verify the TLS certificate (verification is on by default).")
     @click.option("--ui-host", default=None, metavar="URL",
                   help="Base URL for the printed UI links, when it differs from --host.")
+    @click.option("--verbose", is_flag=True,
+                  help="On a server error, print the server's whole answer under the error "
+                       "line (without it: the first line of its message).")
     @functools.wraps(func)
     def wrapper(*args, host, namespace, token_env, token_file, sa_token, sa_token_path,
-                cookies_file, ca_bundle, insecure_skip_tls_verify, ui_host, **kwargs):
+                cookies_file, ca_bundle, insecure_skip_tls_verify, ui_host, verbose, **kwargs):
         if not (token_env or token_file or sa_token) and os.environ.get(DEFAULT_TOKEN_ENV):
             token_env = DEFAULT_TOKEN_ENV
         kwargs["conn"] = KfpConnection(
             host=host, namespace=namespace, token_env=token_env, token_file=token_file,
             sa_token=sa_token, sa_token_path=sa_token_path, cookies_file=cookies_file,
             verify_tls=not insecure_skip_tls_verify, ca_bundle=ca_bundle, ui_host=ui_host,
+            progress=lambda line: click.echo(line, err=True),
         )
-        return func(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        except KfpError as err:
+            err.show_detail = verbose
+            raise
 
     return wrapper
 

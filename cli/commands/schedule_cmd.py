@@ -66,8 +66,8 @@ def create(variants, cron, every, max_concurrency, catchup, start, end, disabled
     """
     from draslice.errors import InvalidParameter
     from draslice.kfp_ops import connect, create_schedule, parse_interval, resolve_package
-    from draslice.kfp_ops.cron import to_kfp_cron
     from draslice.kfp_ops.package import arguments_for, default_image_warning
+    from draslice.kfp_ops.schedule import checked_trigger
 
     chosen = list(variants) or _canaries()
     if name and len(chosen) > 1:
@@ -75,8 +75,7 @@ def create(variants, cron, every, max_concurrency, catchup, start, end, disabled
     if cron and every:
         raise InvalidParameter("--cron/--every", f"{cron} / {every}", "choose one")
     interval = parse_interval(every) if every else None
-    if cron:
-        to_kfp_cron(cron)  # fail on a bad expression before connecting
+    checked_trigger(cron, interval, start, end)  # fail before connecting
     packages = [resolve_package(v, compiled_dir) for v in chosen]
     for package in packages:
         arguments_for(package, params)  # refused here, before anything is sent

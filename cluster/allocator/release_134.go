@@ -32,3 +32,14 @@ func celFeatures() cel.Features {
 func nodeFailure(error) bool {
 	return false
 }
+
+// Shared counters, as the 1.34 allocator charges them (allocator_experimental.go,
+// checkAvailableCounters): only dedicated allocations consume counters, and a further share of
+// a device never skips the counter check.
+func chargesCounters(id structured.DeviceID, state *structured.AllocatedState) bool {
+	return state.AllocatedDevices.Has(id)
+}
+
+func shareSkipsCounters(structured.DeviceID, *structured.AllocatedState) bool {
+	return false
+}

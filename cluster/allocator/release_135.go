@@ -33,3 +33,16 @@ func celFeatures() cel.Features {
 func nodeFailure(err error) bool {
 	return errors.Is(err, structured.ErrFailedAllocationOnNode)
 }
+
+// Shared counters, as the 1.35 allocator charges them (allocator_experimental.go): only
+// dedicated allocations consume counters (checkAvailableCounters); a further share of a
+// multi-allocatable device skips the check when the claims hold capacity of it
+// (deviceCapacityInUse).
+func chargesCounters(id structured.DeviceID, state *structured.AllocatedState) bool {
+	return state.AllocatedDevices.Has(id)
+}
+
+func shareSkipsCounters(id structured.DeviceID, state *structured.AllocatedState) bool {
+	_, held := state.AggregatedCapacity[id]
+	return held
+}

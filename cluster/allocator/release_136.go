@@ -36,3 +36,17 @@ func celFeatures() cel.Features {
 func nodeFailure(err error) bool {
 	return errors.Is(err, structured.ErrFailedAllocationOnNode)
 }
+
+// Shared counters, as the 1.36 allocator charges them (allocator_incubating.go): every
+// allocated device consumes its counters, shares included (structured.IsDeviceAllocated, the
+// function checkAvailableCounters calls); a further share of a multi-allocatable device skips
+// the check only when the claims hold capacity of it (deviceCapacityInUse), so a device shared
+// without consumed capacity is charged again and its next share fails on its own counters.
+func chargesCounters(id structured.DeviceID, state *structured.AllocatedState) bool {
+	return structured.IsDeviceAllocated(id, state)
+}
+
+func shareSkipsCounters(id structured.DeviceID, state *structured.AllocatedState) bool {
+	_, held := state.AggregatedCapacity[id]
+	return held
+}

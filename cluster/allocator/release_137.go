@@ -37,3 +37,24 @@ func celFeatures() cel.Features {
 func nodeFailure(err error) bool {
 	return errors.Is(err, structured.ErrFailedAllocationOnNode)
 }
+
+// Shared counters, as the 1.37 allocator charges them (allocator_incubating.go): every
+// allocated device consumes its counters, shares included (structured.IsDeviceAllocated, the
+// function checkAvailableCounters calls); a further share of a multi-allocatable device skips
+// the check when the claims hold a share or capacity of it (deviceCapacityInUse): its counters
+// are charged once.
+func chargesCounters(id structured.DeviceID, state *structured.AllocatedState) bool {
+	return structured.IsDeviceAllocated(id, state)
+}
+
+func shareSkipsCounters(id structured.DeviceID, state *structured.AllocatedState) bool {
+	if _, held := state.AggregatedCapacity[id]; held {
+		return true
+	}
+	for share := range state.AllocatedSharedDeviceIDs {
+		if share.GetDeviceID() == id {
+			return true
+		}
+	}
+	return false
+}

@@ -6,7 +6,8 @@ package main
 // team/job" next to the allocator's verdict. The states follow what the allocator skips, under
 // the same feature gates: devices held by dedicated allocations, untolerated NoSchedule or
 // NoExecute taints (DRADeviceTaints), pools being updated (skipped since 1.35), and shared
-// counters used up by allocated devices (DRAPartitionableDevices).
+// counters used up by allocated devices (DRAPartitionableDevices), shares of multi-allocatable
+// devices included where the release charges them.
 
 import (
 	"context"
@@ -76,8 +77,10 @@ func newClusterView(in *input) *clusterView {
 				id: structured.MakeDeviceID(k.driver, k.pool, d.Name), pool: k, device: d})
 		}
 	}
+	// Counters already consumed: by the devices the release's allocator charges (chargesCounters,
+	// in release_13x.go), which from 1.36 include devices held only by shares.
 	for _, d := range v.devices {
-		if _, held := in.allocatedBy[d.id]; !held {
+		if !chargesCounters(d.id, &in.state) {
 			continue
 		}
 		p := v.pools[d.pool]
@@ -241,6 +244,10 @@ func (v *clusterView) state(spec requestSpec, d deviceView) (string, string) {
 		return "blocked", "consumes shared counters, and DRAPartitionableDevices is off by " +
 			"default in Kubernetes " + release
 	}
+	if f.ConsumableCapacity && ptr.Deref(d.device.AllowMultipleAllocations, false) &&
+		shareSkipsCounters(d.id, &v.in.state) {
+		return "free", "" // a further share: its counters are charged already
+	}
 	for _, use := range d.device.ConsumesCounters {
 		have, ok := p.counters[use.CounterSet]
 		if !ok {
@@ -253,8 +260,13 @@ func (v *clusterView) state(spec requestSpec, d deviceView) (string, string) {
 			avail := have[name]
 			if need.Cmp(avail) > 0 {
 				held := p.used[use.CounterSet][name]
+				own := ""
+				if chargesCounters(d.id, &v.in.state) {
+					// This device is among them (1.36 charges a shared one again for each share).
+					own = ", this device's own allocation among them"
+				}
 				return "blocked", fmt.Sprintf("shared counter %s/%s is used by allocated devices "+
-					"(%s of %s)", use.CounterSet, name, held.String(), avail.String())
+					"(%s of %s%s)", use.CounterSet, name, held.String(), avail.String(), own)
 			}
 		}
 	}

@@ -51,14 +51,18 @@ def job_name(run_id: str) -> str:
 
 def train_args(knobs: Mapping[str, Any], output_dir: str) -> list[str]:
     """``draslice train`` options for ``knobs``, checked first by the config (bad input: one
-    line, exit 2, before anything is created); knobs at the config's default are left out."""
+    line, exit 2, before anything is created). A knob at the config's default is left out
+    unless the finetune preset has a value for it, which ``draslice train`` would start from
+    for a real fine-tune instead (a constant rate would become cosine)."""
     from draslice.cli.knobs import flag
-    from draslice.trainer.config import KNOBS, SFTConfig
+    from draslice.trainer.config import FINETUNE_KNOBS, KNOBS, SFTConfig
+    from draslice.trainer.presets import FINETUNE
 
     SFTConfig.from_params(dict(knobs))
+    preset = FINETUNE.fill({}, FINETUNE_KNOBS)  # what the command fills in where not passed
     args = ["--output-dir", output_dir]
     for name, value in knobs.items():
-        if value == KNOBS[name].default:
+        if value == KNOBS[name].default and name not in preset:
             continue
         if isinstance(value, bool):
             args.append(flag(name) if value else f"--no-{flag(name)[2:]}")

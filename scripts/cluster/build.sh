@@ -29,14 +29,9 @@ if have_all; then
     exit 0
 fi
 
-# What the upstream release build stamps into the binaries (hack/lib/version.sh), so that
-# /version and `kubectl version` say the release rather than v0.0.0-master.
-minor="${k8s_version#v1.}"; minor="${minor%%.*}"
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-done
+# shellcheck source=ldflags.sh
+source "$here/ldflags.sh"
+ldflags="$(k8s_ldflags "$k8s_version")"
 
 mkdir -p "$cache_root"
 tmp="$(mktemp -d "$cache_root/.build.XXXXXX")"

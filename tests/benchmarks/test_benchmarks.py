@@ -1,5 +1,6 @@
-"""The benchmark scripts: FLOP formulas, the child-process runner, the driver's time budget,
-and `gpu_all.py --smoke` end to end on the CPU (what the GPU host runs, at tiny shapes)."""
+"""The benchmark scripts: FLOP formulas, the child-process runner, the driver's step timeout,
+each script's code path on the CPU, and `gpu_all.py --smoke` end to end (every GPU benchmark's
+code path at tiny shapes)."""
 
 from __future__ import annotations
 
@@ -15,18 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from draslice.benchmarks import childproc, flops, gpu_all
+from draslice.trainer.model import ModelShape, build_base, wrap_lora
 from tests.conftest import REPO, requires_cuda
 
 BENCH = REPO / "benchmarks"
-REMOTE = BENCH / "remote"  # the GPU-host plumbing, apart from the benchmarks
-sys.path.insert(0, str(BENCH))
-sys.path.insert(1, str(REMOTE))
-
-import childproc  # noqa: E402
-import flops  # noqa: E402
-import gpu_all  # noqa: E402
-
-from draslice.trainer.model import ModelShape, build_base, wrap_lora  # noqa: E402
 
 
 def test_flop_count_matches_the_gpt2_formula_and_counts_lora_apart():
@@ -84,41 +78,58 @@ def _running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def test_driver_skips_a_step_that_does_not_fit_and_still_writes_its_files(tmp_path):
-    driver = gpu_all.Driver(tmp_path, budget_s=8, smoke=True)
-    step = gpu_all.Step("fit_7b", "fit_slice.py", ("--case", "7b"), cap_s=400, min_s=60)
+def test_a_step_past_the_timeout_is_killed_and_reported_and_the_files_written(tmp_path):
+    driver = gpu_all.Driver(tmp_path, smoke=True, timeout_s=1)
+    step = next(s for s in gpu_all.steps(smoke=True) if s.name == "compare_seed")
     assert driver.run_step(step) is None
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["steps"]["fit_7b"]["status"] == "SKIPPED"
-    assert "needs at least 60 s" in summary["steps"]["fit_7b"]["why"]
-    assert "fit_7b SKIPPED" in (tmp_path / "results.md").read_text()
-    assert "step fit_7b: SKIPPED" in (tmp_path / "gpu_all.log").read_text()
+    assert summary["steps"]["compare_seed"]["status"] == "TIMEOUT"
+    assert "compare_seed TIMEOUT" in (tmp_path / "results.md").read_text()
+    assert "step compare_seed: TIMEOUT" in (tmp_path / "gpu_all.log").read_text()
 
 
-def test_the_gpu_host_paths_do_not_import_kfp():
-    """The GPU host has no kfp (nor the cluster and plotting libraries): what the benchmarks
-    import must not need them."""
-    code = textwrap.dedent(f"""
+def test_the_benchmarks_import_as_draslice_modules_without_kfp(tmp_path):
+    """Every benchmark a GPU runs imports as ``draslice.benchmarks.*`` from the editable
+    install, from any folder (no sys.path edit, no sibling imported by a bare name), and
+    needs none of kfp, the Kubernetes client or matplotlib: a benchmark's processes load the
+    training stack only."""
+    code = textwrap.dedent("""
         import sys
         for name in ("kfp", "kfp_server_api", "kubernetes", "matplotlib"):
             sys.modules[name] = None  # any 'import kfp' now raises ImportError
-        sys.path[:0] = [{str(BENCH)!r}, {str(REMOTE)!r}]
-        import compare_trainers, fit_slice, gpu_all, envfacts, flops, childproc
-        import peer_trainers, profile_step, sm_cap
-        import draslice.trainer.sft, draslice.trainer.smoke, tests.scratch
-        print("ok")
+        from draslice.benchmarks import (advise_time, childproc, compare_trainers, envfacts,
+            fit_slice, flops, gpu_all, host_cost, loss_chunk, peer_trainers, profile_step,
+            sm_cap)
+        import draslice.trainer.sft, draslice.trainer.smoke, draslice.tests.scratch
+        bare = sorted(set(sys.modules) & {"childproc", "flops", "peer_trainers", "tests"})
+        print("bare imports:", bare)
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "bare imports: []"
 
 
-def test_driver_refuses_to_start_without_draslice_importable(tmp_path):
+def test_driver_refuses_to_start_without_this_checkouts_benchmarks(tmp_path):
+    """One line and exit 2 before any step: draslice not importable (here ``-S``: no
+    site-packages, so no editable install), or importable from another folder."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, "-S", str(REMOTE / "gpu_all.py"), "--out",
-                           str(tmp_path)], capture_output=True, text=True, env=env, timeout=60)
+    argv = [sys.executable, "-S", str(BENCH / "gpu_all.py"), "--out", str(tmp_path / "out")]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "gpu_all.py: error: draslice.benchmarks is not importable: install this checkout with "
+        f"`pip install -e {REPO}` (a wheel does not carry the benchmarks)"]
+    other = tmp_path / "other" / "draslice"
+    (other / "benchmarks").mkdir(parents=True)
+    (other / "__init__.py").write_text("")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                          env={**env, "PYTHONPATH": str(other.parent)})
     assert done.returncode == 2
-    assert "draslice is not importable" in done.stderr and "PYTHONPATH" in done.stderr
+    assert done.stderr.splitlines() == [
+        f"gpu_all.py: error: draslice is installed from {other}, not from this checkout: "
+        f"`pip install -e {REPO}`"]
+    assert not (tmp_path / "out").exists()
 
 
 def _trainer_has_real_models() -> bool:
@@ -129,16 +140,16 @@ def _trainer_has_real_models() -> bool:
 
 @pytest.mark.slow
 def test_gpu_all_smoke_end_to_end(tmp_path):
-    """The very driver the GPU host runs, on the CPU with tiny shapes (about 2-3 minutes on
+    """The very driver a GPU host runs, on the CPU with tiny shapes (about 3-4 minutes on
     2 busy cores: a dozen fresh Python processes, each importing torch and transformers)."""
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, str(REMOTE / "gpu_all.py"), "--out", str(out),
-                           "--smoke"], capture_output=True, text=True, timeout=900)
+    done = subprocess.run([sys.executable, str(BENCH / "gpu_all.py"), "--out", str(out),
+                           "--smoke"], capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     steps = summary["steps"]
     assert list(steps) == ["env", "matmul", "compare_seed", "compare_gpt2_124m", "fit_1.5b",
-                           "fit_7b"]
+                           "fit_7b", "peers_0.5b_none", "advise_time"]
     assert all(s["status"] == "OK" for s in steps.values()), steps
     assert steps["env"]["result"]["packages"]["torch"]
     assert steps["matmul"]["result"]["peak_matmul"]["ok"] is True
@@ -161,17 +172,15 @@ def test_gpu_all_smoke_end_to_end(tmp_path):
             assert case["train"]["finished"] and case["train"]["result"]["steps"] == 3
         else:  # until real-model training lands the case says exactly what is missing
             assert case["status"] == "ERROR" and "has no field(s)" in case["why"], case
+    peers = steps["peers_0.5b_none"]["result"]
+    assert [peers["peers"][p]["runs"]["none"]["tokens_per_s"] > 0 for p in ("ours", "hf")] == [
+        True, True]
     md = (out / "results.md").read_text()
     assert "CPU --smoke" in md and "| seed | draslice SFT loop (default: auto) |" in md
+    assert "\n".join(peers["table"]) in md
+    advise = steps["advise_time"]["result"]
+    assert f"({advise['step_ratio']:.3f}x)" in md
     assert "step compare_seed: OK" in (out / "gpu_all.log").read_text()
-
-
-def test_layering_installs_only_the_carried_wheels_this_python_lacks(tmp_path):
-    for name in ("torch-9.9.9-py3-none-any.whl", "surely_not_installed_pkg-1.0-py3-none-any.whl",
-                 "draslice-0.1.0-py3-none-any.whl"):
-        (tmp_path / name).write_bytes(b"")
-    missing = gpu_all._missing_wheels(sys.executable, [str(tmp_path)])
-    assert [w.name for w in missing] == ["surely_not_installed_pkg-1.0-py3-none-any.whl"]
 
 
 @pytest.mark.gpu
@@ -199,9 +208,8 @@ def test_a_step_killed_for_its_timeout_takes_its_own_children_along(tmp_path):
     pidfile = tmp_path / "trainer.pid"
     code = textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {str(BENCH)!r})
         from pathlib import Path
-        from childproc import kill_children_on_term, run_child
+        from draslice.benchmarks.childproc import kill_children_on_term, run_child
         kill_children_on_term()
         trainer = ("import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); "
                    "time.sleep(60)")
@@ -214,52 +222,10 @@ def test_a_step_killed_for_its_timeout_takes_its_own_children_along(tmp_path):
     assert not _running(int(pidfile.read_text()))
 
 
-@pytest.mark.slow  # builds a wheel and a venv (~15-30 s)
-def test_carried_wheels_are_layered_over_this_python_which_it_keeps_using(tmp_path):
-    """The real mechanism: a venv over this interpreter, pip --no-index from the folder; the
-    carried package imports through the layer, and so do the host's torch and draslice."""
-    src = tmp_path / "src"
-    (src / "carried_bench_pkg").mkdir(parents=True)
-    (src / "carried_bench_pkg" / "__init__.py").write_text("VALUE = 42\n")
-    (src / "pyproject.toml").write_text(textwrap.dedent("""
-        [build-system]
-        requires = ["setuptools"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "carried-bench-pkg"
-        version = "1.0"
-    """))
-    wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", str(wheels), str(src)], check=True,
-                   capture_output=True, timeout=300)
-    lines: list[str] = []
-    status, notes = gpu_all.layer_wheels([str(wheels)], lines.append, 300,
-                                         groups=(("carried-bench-pkg",), ("bitsandbytes",)),
-                                         venv=tmp_path / "layer")
-    assert status.ok and status.ready == ["carried-bench-pkg"], (notes, lines)
-    assert "bitsandbytes: no wheel carried" in notes
-    done = subprocess.run([status.python, "-c", "import carried_bench_pkg, torch, "
-                           "draslice.trainer.sft; print(carried_bench_pkg.VALUE)"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "42", done.stderr[-2000:]
-    host = subprocess.run([sys.executable, "-c", "import carried_bench_pkg"],
-                          capture_output=True, timeout=60)
-    assert host.returncode != 0  # installed into the layer only, never into this Python
-
-
-def test_gpu_session_names_its_parts_and_refuses_others():
-    done = subprocess.run(["bash", str(REMOTE / "gpu_session.sh"), "everything"],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
-    assert done.stderr.strip() == "usage: bash benchmarks/remote/gpu_session.sh fit|seed|gpt2|tests"
-
-
 def test_peer_flops_from_the_shape_match_the_count_from_the_model():
     """peer_trainers counts a shape's FLOPs from its config (no model is built for the table);
     the count must equal flops.flop_count on the very model with LoRA on every projection."""
-    import peer_trainers
-
+    from draslice.benchmarks import peer_trainers
     from tests.scratch import model_config
 
     shape = peer_trainers.SHAPES["smoke"]
@@ -294,6 +260,11 @@ def test_peer_trainers_smoke_runs_ours_and_trainer_and_prints_the_table(tmp_path
     # what our loop said about how it ran is kept with its figures (a failed capture, too)
     assert summary["peers"]["ours"]["runs"]["none"]["notes"] == ["speed: off"]
     assert "| draslice SFT loop (default) | none | 4 x 64 |" in done.stdout
+    # the table as printed is in the JSON too, and gpu_all's results page carries it
+    assert "\n".join(summary["table"]) in done.stdout
+    page = gpu_all.results_markdown({"smoke": True, "started_utc": "now", "steps": {
+        "peers_0.5b_none": {"status": "OK", "seconds": 1.0, "result": summary}}})
+    assert "\n".join(summary["table"]) in page
     # the whole attempt's wall time, one-off costs included, for warm-up + timed steps
     assert "| whole run, 3 steps |" in done.stdout
     whole = summary["peers"]["ours"]["runs"]["none"]["run_s"]
@@ -402,33 +373,6 @@ def test_profile_step_turns_the_switches_of_the_peer_variants():
                           timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert done.stdout.splitlines()[-1] == "SWITCHES False {'group': False}"
-
-
-def test_trim_wheels_drops_the_unused_files_and_their_record_lines(tmp_path):
-    """trim_wheels.py: Unsloth's studio/ and other toolkits' bitsandbytes libraries leave the
-    wheel and its RECORD; the host's CUDA library and every other file stay."""
-    import zipfile
-
-    import trim_wheels
-
-    files = {"bitsandbytes/__init__.py": "", "bitsandbytes/libbitsandbytes_cuda128.so": "x" * 999,
-             "bitsandbytes/libbitsandbytes_cuda130.so": "y", "studio/app.js": "z" * 999,
-             "unsloth/__init__.py": ""}
-    record = "bnb.dist-info/RECORD"
-    wheel = tmp_path / "src" / "bnb-1-py3-none-any.whl"
-    wheel.parent.mkdir()
-    with zipfile.ZipFile(wheel, "w") as zf:
-        for name, text in files.items():
-            zf.writestr(name, text)
-        zf.writestr(record, "".join(f"{name},sha256=0,1\n" for name in files) + f"{record},,\n")
-    (tmp_path / "out").mkdir()
-    assert trim_wheels.trim(wheel, tmp_path / "out", "13") > 0
-    with zipfile.ZipFile(tmp_path / "out" / wheel.name) as zf:
-        kept = set(zf.namelist())
-        lines = zf.read(record).decode().splitlines()
-    assert kept == {"bitsandbytes/__init__.py", "bitsandbytes/libbitsandbytes_cuda130.so",
-                    "unsloth/__init__.py", record}
-    assert [line.split(",")[0] for line in lines] == sorted(kept - {record}) + [record]
 
 
 def test_unsloths_child_imports_unsloth_before_transformers_and_peft(tmp_path):

@@ -131,9 +131,10 @@ def test_incomplete_pool_per_release(snapshot_of, version, single):
         assert "asks for all devices, but resource pool" in failed.reason
 
 
-def _partitionable(*, counters_in_own_slice: bool):
+def _partitionable(*, counters_in_own_slice: bool, **full_gpu):
     """One GPU as the NVIDIA driver publishes it with dynamic MIG: a counter set of 8 memory
-    slices; the full GPU consumes all, each 1g device one, the 4g device four."""
+    slices; the full GPU (with ``full_gpu``'s fields) consumes all, each 1g device one, the 4g
+    device four."""
     counter_set = [{"name": "gpu-0-counters",
                     "counters": {f"memorySlice{i}": {"value": "1"} for i in range(8)}}]
 
@@ -142,7 +143,7 @@ def _partitionable(*, counters_in_own_slice: bool):
                  "counters": {f"memorySlice{i}": {"value": "1"} for i in slices}}]
 
     devices = [
-        gpu("gpu-0", consumesCounters=uses(*range(8))),
+        gpu("gpu-0", consumesCounters=uses(*range(8)), **full_gpu),
         mig("gpu-0-mig-1g-0", consumesCounters=uses(0)),
         mig("gpu-0-mig-1g-1", consumesCounters=uses(1)),
         mig("gpu-0-mig-4g-0", profile="4g.40gb", memory="40192Mi", consumesCounters=uses(0, 1, 2,
@@ -183,6 +184,55 @@ def test_full_gpu_allocated_blocks_every_mig_placement(snapshot_of):
     report = analyze(snapshot_of(*_partitionable(counters_in_own_slice=True), used), MIG_1G)
     assert report.decision == FAIL
     assert _request(report).counts() == {BLOCKED: 2}
+
+
+# The full GPU shared (consumable capacity, on by default from 1.36): a share of its memory per
+# claim, the way the scheduler records one (a share ID and the capacity it consumed).
+SHARED_MEMORY = {"memory": {"value": "81559Mi", "requestPolicy": {"default": "10Gi",
+                                                                  "validRange": {"min": "1Gi"}}}}
+SHARE_ID = "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f"
+
+
+def _shared_gpu_held(**consumed):
+    return claim("shared", {"pool": "node-a", "device": "gpu-0", "shareID": SHARE_ID, **consumed})
+
+
+@pytest.mark.parametrize("version", ["1.36", "1.37"])
+def test_a_shared_gpu_in_use_blocks_the_mig_devices_of_its_counters(snapshot_of, version):
+    """A share of the full GPU charges the counters the MIG devices need, as a dedicated
+    allocation does: the allocator counts every allocated device, shares included, so no MIG
+    device is free (the two releases where partitionable devices and sharing are both on)."""
+    slices = _partitionable(counters_in_own_slice=True, allowMultipleAllocations=True,
+                            capacity=SHARED_MEMORY)
+    held = _shared_gpu_held(consumedCapacity={"memory": "10Gi"})
+    report = analyze(snapshot_of(*slices, held), MIG_1G, kubernetes_version=version)
+    assert report.decision == FAIL
+    assert _request(report).counts() == {BLOCKED: 2}
+    assert "gpu-0-counters/memorySlice0 is used by allocated devices (1 of 1)" in \
+        _request(report).matches[0].why
+    states = {r.device: r.state for r in report.inventory}
+    assert states == {"gpu-0": FREE, "gpu-0-mig-1g-0": BLOCKED, "gpu-0-mig-1g-1": BLOCKED,
+                      "gpu-0-mig-4g-0": BLOCKED}
+
+
+@pytest.mark.parametrize("version, capacity, consumed, state", [
+    ("1.36", SHARED_MEMORY, {"consumedCapacity": {"memory": "10Gi"}}, FREE),
+    ("1.37", SHARED_MEMORY, {"consumedCapacity": {"memory": "10Gi"}}, FREE),
+    # A GPU that publishes no capacity: its share consumed none, and 1.36 charges its counters
+    # again for the next share (a fix of 1.37's allocator charges them once).
+    ("1.36", {}, {}, BLOCKED),
+    ("1.37", {}, {}, FREE),
+])
+def test_a_further_share_of_a_shared_gpu(snapshot_of, version, capacity, consumed, state):
+    slices = _partitionable(counters_in_own_slice=True, allowMultipleAllocations=True,
+                            capacity=capacity)
+    shared = shared_gpu_claim_template()
+    report = analyze(snapshot_of(*slices, _shared_gpu_held(**consumed)), shared,
+                     kubernetes_version=version)
+    assert _request(report).counts() == {state: 1}
+    assert report.decision == (READY if state == FREE else FAIL), report.reason
+    if state == BLOCKED:
+        assert "this device's own allocation among them" in _request(report).matches[0].why
 
 
 def test_one_node_must_serve_the_whole_claim(snapshot_of):

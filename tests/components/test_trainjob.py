@@ -31,8 +31,10 @@ def test_train_args_are_what_draslice_train_parses():
     args = train_args({"steps": 5, "lora_r": 4, "pack": True, "bf16_weights": False,
                        "learning_rate": 2e-4, "model_dir": "/data/m", "data": "/data/t.jsonl",
                        "seed": 0}, "/data/out")
+    # bf16_weights False is the config's default but not the finetune preset's, which
+    # `draslice train` would start from: it is passed
     assert args == ["--output-dir", "/data/out", "--steps", "5", "--lora-r", "4", "--pack",
-                    "--learning-rate", "0.0002", "--model-dir", "/data/m",
+                    "--no-bf16-weights", "--learning-rate", "0.0002", "--model-dir", "/data/m",
                     "--data", "/data/t.jsonl"]
     # `draslice train` parses them back into the same values (without running).
     from draslice.cli.commands.steps_cmd import train

@@ -83,3 +83,41 @@ def test_what_draslice_refuses_kfp_refuses_too(croncheck, expr):
         to_kfp_cron(expr)
     [answer] = ask(croncheck, [{"kfp": "0 " + expr, "standard": expr}])
     assert answer.get("kfp_error") and answer.get("standard_error"), answer
+
+
+# What KFP's API server and controller are handed verbatim: 5 and 6 fields, descriptors,
+# @every, and every kind of mistake robfig names (its error text is what the server answers).
+ROBFIG_SPECS = [
+    "0 2 * * *", "0 0 2 * * *", "30 0 2 * * ?", "0 0 0 29 2 *", "0 0 2 31 2 *", "0 0 0 1,,15 * *",
+    "*/7 */13 1-5 * * MON-fri", "0 0 0 * jan-MAR 0", "5/20 * * * *", "0 30 9 1 * 1",
+    "@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly",
+    "@every 1h30m", "@every 90s", "@every 0.5s",
+    "0 0 25 * * *", "60 * * * * *", "* * * 0 * *", "* * * * 13 *", "* * * * * 7", "a * * * * *",
+    "1-2-3 * * * * *", "1/2/3 * * * * *", "*/0 * * * * *", "5-1 * * * * *", "-1 * * * * *",
+    "0 0 2 * *  * *", "0 2 * *", "", "@every", "@every x", "@every 1", "@every 1q", "@daily ",
+    "@fortnightly", "+5 * * * * *", "* * * * * FUNDAY",
+]
+
+
+@pytest.mark.parametrize("spec", ROBFIG_SPECS)
+def test_the_port_of_robfig_answers_as_the_library(croncheck, spec):
+    """kfp_ops/cron.py's robfig port (the test server's cron check and draslice's "never
+    fires" check) against the library: the same error text, or the same fire times."""
+    from datetime import datetime
+
+    from draslice.kfp_ops.cron import RobfigError, robfig_parse
+
+    [answer] = ask(croncheck, [{"kfp": spec}])
+    try:
+        schedule = robfig_parse(spec)
+    except RobfigError as err:
+        assert answer.get("kfp_error") == str(err), answer
+        return
+    assert "kfp_error" not in answer, answer
+    times, t = [], datetime.fromisoformat(START)
+    for _ in range(COUNT):
+        t = schedule.next(t)
+        if t is None:
+            break
+        times.append(t.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    assert times == answer["kfp_next"]

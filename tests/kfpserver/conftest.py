@@ -29,7 +29,9 @@ def _isolated_kfp(tmp_path, monkeypatch):
 
 @pytest.fixture
 def fake_kfp():
-    """A running fake KFP server; the test fails if any request body was malformed."""
+    """A running KFP 2.17.0 test server in single-user mode (namespace ignored, as the real
+    one in that mode), unless the test sets ``multi_user``; the test fails if any request body
+    was malformed."""
     server = FakeKfp().start()
     try:
         yield server

@@ -116,32 +116,46 @@ def check_pipeline_spec(spec: dict) -> None:
         raise StrictError(f"invalid pipeline spec: {err}") from None
 
 
-def check_platform_spec(platform: dict) -> None:
-    """What a KFP 2.17 backend does when it compiles a run: parse every executor's
-    Kubernetes config into the released ``KubernetesExecutorConfig``.
+def executor_config_error(platform: dict, executor: str) -> str | None:
+    """What a KFP 2.17 backend says when it parses ``executor``'s Kubernetes config into the
+    released ``KubernetesExecutorConfig`` while compiling a run, or None when it parses.
 
-    The words are not a real server's (none runs here, docs/kfp.md): they are KFP's Argo
-    compiler's (``failed to unmarshal kubernetes spec for component %q: %w``, read from its
-    source) around Go protojson's own error, whose form was measured by running Go's protojson
-    on the released descriptor: ``proto: (line 1:C): unknown field "podResourceClaims"``. Go's
-    column counts in its own JSON encoding, which adds a random space now and then, so C may be
-    one more than the compact JSON position used here."""
+    An unknown field is Go protojson's own error, its form measured by running Go's protojson
+    on the released descriptor and observed from a real 2.17.0 server (a plain space after
+    ``proto:``): ``proto: (line 1:C): unknown field "podResourceClaims"``. Go's column counts
+    in its own JSON encoding, which adds a random space now and then, so C may be one more
+    than the compact JSON position used here. Other errors are Python protobuf's words."""
+    executors = (platform.get("platforms", {}).get("kubernetes", {})
+                 .get("deploymentSpec", {}).get("executors", {}))
+    cfg = executors.get(executor)
+    if cfg is None:
+        return None
+    config = kubernetes_executor_config_pb2.KubernetesExecutorConfig.DESCRIPTOR
+    known = set(config.fields_by_camelcase_name) | set(config.fields_by_name)
+    unknown = sorted(key for key in cfg if key not in known)
+    if unknown:
+        text = json.dumps(cfg, sort_keys=True, separators=(",", ":"))
+        column = text.index(json.dumps(unknown[0])) + 1
+        return f'proto: (line 1:{column}): unknown field "{unknown[0]}"'
+    try:
+        json_format.ParseDict(cfg, kubernetes_executor_config_pb2.KubernetesExecutorConfig())
+    except json_format.ParseError as err:
+        return f"proto: {err}"
+    return None
+
+
+def check_platform_spec(platform: dict) -> None:
+    """The platform spec parses, and every executor's Kubernetes config parses as a KFP 2.17
+    backend parses it (:func:`executor_config_error`, after the words of KFP's Argo compiler
+    around it: ``failed to unmarshal kubernetes config``)."""
     try:
         json_format.ParseDict(platform, pipeline_spec_pb2.PlatformSpec())
     except json_format.ParseError as err:
         raise StrictError(str(err)) from None
     executors = (platform.get("platforms", {}).get("kubernetes", {})
                  .get("deploymentSpec", {}).get("executors", {}))
-    config = kubernetes_executor_config_pb2.KubernetesExecutorConfig.DESCRIPTOR
-    known = set(config.fields_by_camelcase_name) | set(config.fields_by_name)
-    for name, cfg in executors.items():
-        where = f"failed to unmarshal kubernetes spec for component {json.dumps(name)}"
-        unknown = sorted(key for key in cfg if key not in known)
-        if unknown:
-            text = json.dumps(cfg, sort_keys=True, separators=(",", ":"))
-            column = text.index(json.dumps(unknown[0])) + 1
-            raise StrictError(f'{where}: proto: (line 1:{column}): unknown field "{unknown[0]}"')
-        try:
-            json_format.ParseDict(cfg, kubernetes_executor_config_pb2.KubernetesExecutorConfig())
-        except json_format.ParseError as err:
-            raise StrictError(f"{where}: {err}") from None
+    for name in executors:
+        problem = executor_config_error(platform, name)
+        if problem:
+            raise StrictError(f"error creating executor for {json.dumps(name)}: failed to "
+                              f"unmarshal kubernetes config: {problem}")

@@ -101,9 +101,12 @@ def test_500_shows_the_servers_message(cli, fake_kfp):
 
 
 def test_404_on_a_wrong_host_path(cli, fake_kfp):
+    """A path outside KFP's API gets Go's plain-text 404 (KFP 2.17.0 observed)."""
     res = cli("schedule", "list", "--host", fake_kfp.url + "/not-kfp")
     assert res.exit_code == 9
-    assert "404 Not Found" in res.output
+    assert res.output.rstrip().endswith("answered 404 Not Found: a wrong pipeline, version, run "
+                                        "or schedule id, or a --host without the KFP API behind "
+                                        "it. Server said: 404 page not found")
 
 
 def test_unreachable_host_fails_fast_and_clearly(cli):
@@ -156,3 +159,56 @@ def test_tls_is_verified_by_default_and_a_ca_bundle_makes_it_work(tls_kfp, cli):
     assert trusted.exit_code == 0, trusted.output
     skipped = cli("schedule", "list", "--host", server.url, "--insecure-skip-tls-verify")
     assert skipped.exit_code == 0, skipped.output
+
+
+# --- one deadline a request; schemes; TLS to a plain-HTTP server (issue 37, item 12) --------
+
+@pytest.fixture
+def short_deadline(monkeypatch):
+    """A 2 s deadline and progress after 0.5 s, so the test need not wait 30 s."""
+    from draslice.kfp_ops import transport
+
+    monkeypatch.setattr(transport, "REQUEST_DEADLINE_S", 2.0)
+    monkeypatch.setattr(transport, "PROGRESS_AFTER_S", 0.5)
+    monkeypatch.setattr(transport, "PROGRESS_EVERY_S", 0.5)
+    return 2.0
+
+
+@pytest.mark.parametrize(("method", "path", "action"), [
+    ("GET", r"/healthz$", "connecting"),
+    ("POST", r"/pipelines/upload$", "uploading draslice-sft-mig-1g-6gb"),
+])
+def test_a_stalling_host_keeps_the_deadline_its_message_names(cli, fake_kfp, short_deadline,
+                                                              method, path, action):
+    import time
+
+    fake_kfp.stall(method, path, times=10)
+    start = time.monotonic()
+    res = cli("upload")
+    took = time.monotonic() - start
+    assert res.exit_code == 7, res.output
+    assert f"error: {action}: {fake_kfp.url} did not answer within 2 s (it took the connection " \
+           "and sent nothing back)" in res.output
+    assert took < short_deadline + 1.5, took  # one deadline, not one per retry
+    assert [r.path for r in fake_kfp.requests if r.method == method
+            and r.path.endswith(path.strip("$"))] == [f"/apis/v2beta1{path.strip('$')}"]
+    progress = [ln for ln in res.stderr.splitlines() if ln.startswith("waiting for")]
+    assert progress and progress[0].startswith(f"waiting for {fake_kfp.url} ({action}): ")
+    assert progress[0].endswith("s of at most 2 s")
+
+
+def test_a_scheme_other_than_http_is_refused(cli, fake_kfp):
+    res = cli("upload", "--host", "ftp://kfp.example.com")
+    assert res.exit_code == 2
+    assert "invalid --host='ftp://kfp.example.com': the KFP API speaks HTTP: give an http:// " \
+           "or https:// URL, not ftp://" in res.output
+    assert "https://ftp://" not in res.output and fake_kfp.requests == []
+
+
+def test_tls_to_a_plain_http_server_suggests_http(cli, fake_kfp):
+    host = fake_kfp.url.replace("http://", "https://")
+    res = cli("schedule", "list", "--host", host)
+    assert res.exit_code == 7, res.output
+    assert f"{host} does not speak TLS: it answers plain HTTP. Use --host {fake_kfp.url}" \
+        in res.output
+    assert "--ca-bundle" not in res.output

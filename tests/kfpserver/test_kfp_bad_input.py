@@ -29,7 +29,7 @@ def _sent(fake, method: str) -> list[str]:
 
 @pytest.mark.parametrize(("body", "ctype", "words"), [
     ("<html><body>Welcome to nginx!</body></html>", "text/html",
-     "HTTP 200 with 43 characters of text/html that are not JSON"),
+     "did not answer with JSON (HTTP 200, 43 characters of text/html: '<html><body>Welcome"),
     ('{"items": [], "kind": "List"}', "application/json",
      "the answer has none of the fields of a ListRecurringRunsResponse (it has items, kind)"),
     ("[]", "application/json", "the answer is list, not a ListRecurringRunsResponse object"),
@@ -41,8 +41,7 @@ def test_schedule_list_on_an_answer_that_is_not_kfps_is_an_error(cli, fake_kfp, 
                                                                  words):
     fake_kfp.answer("GET", r"/recurringruns$", body, content_type=ctype)
     res = cli("schedule", "list")
-    _one_error_line(res, 10, "listing schedules:", words, "not the KFP API's answer",
-                    "Check --host")
+    _one_error_line(res, 10, "listing schedules:", words, "Check --host")
     assert "no schedules" not in res.output
 
 
@@ -58,7 +57,8 @@ def test_an_empty_answer_is_kfps_empty_list(cli, fake_kfp):
     # "ValueError: Either pipeline_id or pipeline_name is required"
     (r"/pipelines$", '{"pipelines": [{"display_name": "draslice-sft-mig-1g-6gb"}]}',
      "pipelines[0] is a Pipeline without pipeline_id"),
-    (r"/pipelines$", "OK", "HTTP 200 with 2 characters of application/json that are not JSON"),
+    (r"/pipelines$", "OK", "did not answer with JSON (HTTP 200, 2 characters of "
+                           "application/json: 'OK')"),
     (r"/pipelines/upload$", '{"display_name": "x"}', "the answer is a Pipeline without "
                                                       "pipeline_id"),
 ])
@@ -139,6 +139,10 @@ def test_a_variant_file_that_is_not_yaml_names_the_line(cli, fake_kfp, tmp_path)
      "it too with --param warmup_steps=VALUE)"),
     (("schedule", "create", "--variant", "sft.policy.mig-1g-6gb", "--param",
       "learning_rate=-1"), "invalid --param learning_rate=-1.0: must be > 0"),
+    (("schedule", "create", "--variant", "canary.policy.mig-1g-6gb", "--param",
+      "on_missing_dra=maybe"), "invalid --param on_missing_dra='maybe': must be one of skip, fail"),
+    (("submit", "--variant", "sft.policy.mig-1g-6gb", "--param", "precision=fp8"),
+     "invalid --param precision='fp8': must be one of"),
 ])
 def test_params_are_checked_against_the_knobs_ranges_before_sending(cli, fake_kfp, args, words):
     res = cli(*args)
@@ -177,3 +181,59 @@ def test_no_warning_for_a_pipeline_on_your_image(cli, fake_kfp, tmp_path):
     assert compiled.exit_code == 0, compiled.output
     res = cli("upload", "--variant", str(out / "canary.policy.mig-1g-6gb.yaml"))
     assert res.exit_code == 0 and "warning" not in res.output, res.output
+
+
+# --- answers that are not text; files that name what they do not define ----------------------
+
+JUNK = b"\x89PNG\r\n\x1a\n\x00\xff\xfe\xc3\x28 binary junk"
+
+
+@pytest.mark.parametrize(("args", "method", "path", "action"), [
+    (("upload",), "GET", r"/pipelines$", "uploading draslice-sft-mig-1g-6gb"),
+    (("schedule", "list"), "GET", r"/recurringruns$", "listing schedules"),
+])
+def test_a_binary_answer_is_one_line(cli, fake_kfp, args, method, path, action):
+    fake_kfp.answer(method, path, JUNK, content_type="application/octet-stream")
+    res = cli(*args)
+    line = _one_error_line(res, 10, f"{action}: the server at {fake_kfp.url} did not answer "
+                                    f"with JSON (HTTP 200, {len(JUNK)} bytes of "
+                                    "application/octet-stream that are not text)")
+    assert "UnicodeDecodeError" not in res.output and "Check --host" in line
+
+
+def test_a_binary_error_answer_is_one_line_too(cli, fake_kfp):
+    fake_kfp.answer("POST", r"/pipelines/upload$", JUNK, status=502,
+                    content_type="application/octet-stream")
+    res = cli("upload")
+    _one_error_line(res, 10, "uploading draslice-sft-mig-1g-6gb:", "answered HTTP 502")
+    assert "UnicodeDecodeError" not in res.output
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda spec: spec["root"]["dag"]["tasks"]["preflight"]["componentRef"].update(
+        name="comp-missing"),
+     "task 'preflight' of root uses component 'comp-missing', which the file does not define "
+     "(it defines comp-condition-1, comp-preflight, comp-smoke)"),
+    (lambda spec: spec["components"]["comp-smoke"].update(executorLabel="exec-gone"),
+     "component 'comp-smoke' runs executor 'exec-gone', which the file does not define"),
+    (lambda spec: spec["components"]["comp-condition-1"]["dag"]["tasks"]["smoke"].update(
+        dependentTasks=["nope"]),
+     "task 'smoke' of comp-condition-1 depends on task 'nope', which comp-condition-1 does not "
+     "have"),
+    (lambda spec: spec.pop("deploymentSpec"),
+     "KFP's SDK cannot load it as a pipeline: no 'deploymentSpec' section"),
+    (lambda spec: spec["root"].update(bogus=1),
+     "KFP's SDK cannot load it as a pipeline: Failed to parse root field"),
+])
+def test_a_compiled_file_that_names_what_it_does_not_define_is_refused(cli, fake_kfp, compiled,
+                                                                       tmp_path, edit, words):
+    import yaml
+
+    docs = list(yaml.safe_load_all((compiled / "canary.policy.mig-1g-6gb.yaml").read_text()))
+    edit(docs[0])
+    path = tmp_path / "edited.yaml"
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    for command in (("upload",), ("submit",), ("schedule", "create")):
+        res = cli(*command, "--variant", str(path))
+        _one_error_line(res, 2, f"invalid --variant='{path}': {words}")
+    assert fake_kfp.requests == []

@@ -53,9 +53,26 @@ def test_a_yaml_that_is_not_a_pipeline_is_refused(tmp_path):
 
 
 def test_multi_user_namespace_reaches_pipeline_and_experiment(cli, fake_kfp):
+    """Multi-user mode: objects live in the namespace they are created in."""
+    fake_kfp.multi_user = True
     res = cli("submit", "--variant", "canary.policy.mig-1g-6gb", "--upload",
               "--namespace", "team-a", "--experiment", "canaries")
     assert res.exit_code == 0, res.output
     (pipeline,) = fake_kfp.state.pipelines.values()
     (experiment,) = fake_kfp.state.experiments.values()
     assert (pipeline.namespace, experiment.namespace) == ("team-a", "team-a")
+    again = cli("submit", "--variant", "canary.policy.mig-1g-6gb", "--upload",
+                "--namespace", "team-b")
+    assert again.exit_code == 0, again.output
+    assert sorted(p.namespace for p in fake_kfp.state.pipelines.values()) == ["team-a", "team-b"]
+
+
+def test_single_user_mode_ignores_namespace(cli, fake_kfp):
+    """Single-user mode (KFP 2.17.0 observed): --namespace changes nothing; the pipeline
+    uploaded without it is found with it, and so are the schedules."""
+    assert cli("schedule", "create", "--variant", "canary.policy.mig-1g-6gb").exit_code == 0
+    res = cli("upload", "--variant", "canary.policy.mig-1g-6gb", "--namespace", "team-a")
+    assert res.exit_code == 0 and "(exists)" in res.output, res.output
+    assert len(fake_kfp.state.pipelines) == 1
+    listed = cli("schedule", "list", "--namespace", "team-a")
+    assert listed.exit_code == 0 and "draslice-canary-mig-1g-6gb-nightly" in listed.output

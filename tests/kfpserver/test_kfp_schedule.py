@@ -154,3 +154,58 @@ def test_replace_moves_a_schedule_to_the_new_version(cli, fake_kfp, compiled):
     (rr,) = fake_kfp.state.recurring.values()
     versions = fake_kfp.state.versions[rr.pipeline_version_reference.pipeline_id]
     assert rr.pipeline_version_reference.pipeline_version_id == versions[-1].pipeline_version_id
+
+
+# --- a cron that never fires (issue 37), and what KFP 2.17.0 does with ours (issue 36) ---------
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--cron", "0 2 31 2 *"), "never fires: no time in the 4 years after"),
+    (("--cron", "0 0 30 2 *"), "never fires"),
+    (("--cron", "0 2 * * *", "--start", "2031-01-01T03:00:00Z", "--end",
+      "2031-01-02T01:00:00Z"), "first fires at 2031-01-02 02:00:00Z, after --end "
+                               "2031-01-02 01:00:00Z"),
+])
+def test_a_schedule_that_would_never_run_is_refused_before_connecting(cli, fake_kfp, args, says):
+    res = cli("schedule", "create", "--variant", "canary.policy.mig-1g-6gb", *args)
+    assert res.exit_code == 2, res.output
+    assert says in res.output
+    assert fake_kfp.requests == []
+
+
+def test_a_leap_day_fires_within_four_years():
+    from datetime import UTC, datetime
+
+    from draslice.kfp_ops.cron import kfp_schedule
+
+    assert kfp_schedule("0 0 29 2 *", now=datetime(2029, 3, 1, tzinfo=UTC)) == "0 0 0 29 2 *"
+
+
+def test_the_scheduled_workflow_follows_our_calls(cli, fake_kfp):
+    """What a real 2.17.0 showed of the ScheduledWorkflow: cron 0 0 2 * * *, maxConcurrency 1,
+    noCatchup true, spec.enabled flipped by disable/enable, gone after delete."""
+    name = "draslice-canary-mig-1g-6gb-nightly"
+    assert cli("schedule", "create", "--variant", "canary.policy.mig-1g-6gb").exit_code == 0
+    ((rid, swf),) = fake_kfp.state.scheduled_workflows.items()
+    spec = swf["spec"]
+    assert spec["trigger"] == {"cronSchedule": {"cron": "0 0 2 * * *"}}
+    assert (spec["maxConcurrency"], spec["noCatchup"], spec["enabled"]) == (1, True, True)
+    version = fake_kfp.state.versions[spec["pipelineId"]][-1]
+    assert spec["pipelineName"] == version.display_name  # the version's name, not the pipeline's
+    assert cli("schedule", "disable", name).exit_code == 0
+    assert fake_kfp.state.scheduled_workflows[rid]["spec"]["enabled"] is False
+    assert cli("schedule", "enable", name).exit_code == 0
+    assert fake_kfp.state.scheduled_workflows[rid]["spec"]["enabled"] is True
+    assert cli("schedule", "delete", name).exit_code == 0
+    assert fake_kfp.state.scheduled_workflows == {}
+
+
+def test_a_server_refusal_of_a_schedule_is_its_first_line(cli, fake_kfp):
+    fake_kfp.fail("POST", r"/recurringruns$", 500, "Failed to create a recurring run: boom\n"
+                                                  "main.x\n\t/go/src/x.go:3", times=2)
+    res = cli("schedule", "create", "--variant", "canary.policy.mig-1g-6gb")
+    assert res.exit_code == 10
+    assert res.output.rstrip().endswith("Failed to create a recurring run: boom")
+    assert "/go/src/x.go" not in res.output
+    verbose = cli("schedule", "create", "--variant", "canary.policy.mig-1g-6gb", "--verbose")
+    assert verbose.exit_code == 10
+    assert verbose.output.rstrip().endswith("main.x\n\t/go/src/x.go:3")

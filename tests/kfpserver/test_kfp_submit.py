@@ -134,3 +134,81 @@ def test_python_api_cancel_is_final_unlike_wait_for_run_completion(fake_kfp):
     outcome = api_wait(session, run.run_id, poll_s=0, progress=lines.append)
     assert (outcome.state, outcome.exit_code, outcome.succeeded) == ("CANCELED", 5, False)
     assert any("CANCELED" in line for line in lines)
+
+
+# --- what KFP 2.17.0 really answers (issue 36); single-user mode ---------------------------
+
+RUN_NAME = r"draslice-canary-mig-1g-6gb \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"
+
+
+def test_a_run_without_state_is_pending_and_times_out_with_exit_6(cli, fake_kfp):
+    fake_kfp.script_next_run(*[None] * 500)
+    res = cli("submit", "--variant", "canary.policy.mig-1g-6gb", "--wait", "--timeout", "1",
+              "--poll", "0.05")
+    assert res.exit_code == 6, res.output
+    assert "run PENDING (the server reports no state yet)" in res.output
+    assert "still PENDING (the server reports no state yet) after 1s" in res.output
+    assert "UNSPECIFIED" not in res.output
+
+
+def test_a_version_of_another_pipeline_is_refused_naming_both(cli, fake_kfp):
+    first = cli("upload", "--variant", "canary.policy.mig-1g-6gb")
+    other = cli("upload", "--variant", "canary.policy.shared-gpu-timeslice")
+    pid, vid = re.search(r"id=(\S+)[\s\S]*?id=(\S+)", first.output).groups()
+    other_pid = re.search(r"id=(\S+)", other.output).group(1)
+    res = cli("submit", "--pipeline-id", other_pid, "--version-id", vid)
+    assert res.exit_code == 2, res.output
+    assert f"invalid --version-id='{vid}': belongs to pipeline {pid}, not to --pipeline-id " \
+           f"{other_pid}" in res.output
+    assert not _posted_runs(fake_kfp)
+
+
+@pytest.mark.parametrize("how", ["package", "upload", "ids"])
+def test_the_run_is_named_after_the_pipeline_whichever_way_it_is_made(cli, fake_kfp, how):
+    """submit --help: [default: '<pipeline name> <UTC time>']."""
+    args = ["submit", "--variant", "canary.policy.mig-1g-6gb"]
+    if how == "upload":
+        args.append("--upload")
+    if how == "ids":
+        up = cli("upload", "--variant", "canary.policy.mig-1g-6gb")
+        pid, vid = re.search(r"id=(\S+)[\s\S]*?id=(\S+)", up.output).groups()
+        args = ["submit", "--pipeline-id", pid, "--version-id", vid]
+    res = cli(*args)
+    assert res.exit_code == 0, res.output
+    (body,) = _posted_runs(fake_kfp)
+    assert re.fullmatch(RUN_NAME, body["display_name"]), body["display_name"]
+    assert re.search(rf"^run +{RUN_NAME}  id=", res.output, re.M)
+
+
+def test_native_mode_shows_the_servers_first_line_and_the_rest_with_verbose(cli, fake_kfp):
+    res = cli("submit", "--variant", "sft.native.mig-1g-6gb")
+    assert res.exit_code == NativeClaimsRejected.exit_code, res.output
+    (line,) = [ln for ln in res.output.splitlines() if ln.startswith("error: ")]
+    assert line.endswith('Server said: Internal error: compiling DAG "comp-condition-1": '
+                         'compiling task "finetune": error creating executor for "finetune": '
+                         'failed to unmarshal kubernetes config: proto: (line 1:2): unknown '
+                         'field "podResourceClaims"')
+    assert "/go/src/" not in res.output and "Failed to compile job" not in res.output
+    verbose = cli("submit", "--variant", "sft.native.mig-1g-6gb", "--verbose")
+    assert verbose.exit_code == NativeClaimsRejected.exit_code
+    after = verbose.output.split(line.removeprefix("error: "), 1)[1]
+    assert "\nFailed to compile job\n" in after and "/go/src/github.com/kubeflow/" in after
+
+
+def test_every_server_error_is_its_first_line(cli, fake_kfp):
+    fake_kfp.fail("POST", r"/runs$", 500, "Failed to create a new run: db is down\n"
+                                          "github.com/kubeflow/pipelines/backend/x.Y\n\t/go/x.go:1")
+    res = cli("submit", "--variant", "canary.policy.mig-1g-6gb")
+    assert res.exit_code == 10
+    assert res.output.rstrip().endswith("HTTP 500 Internal Server Error: Failed to create a new "
+                                        "run: db is down")
+    assert "/go/x.go" not in res.output
+
+
+@pytest.mark.parametrize("param", ["on_missing_dra=maybe", "on_missing_dra=FAIL"])
+def test_a_parameter_with_choices_is_checked_before_sending(cli, fake_kfp, param):
+    res = cli("submit", "--variant", "canary.policy.mig-1g-6gb", "--param", param)
+    assert res.exit_code == 2, res.output
+    assert f"invalid --param on_missing_dra='{param.partition('=')[2]}': must be one of skip, " \
+           "fail" in res.output
+    assert fake_kfp.requests == []

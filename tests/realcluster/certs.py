@@ -33,6 +33,7 @@ class Identity:
 ADMIN = Identity("draslice-test-admin", ("system:masters",))
 CONTROLLER_MANAGER = Identity("system:kube-controller-manager")
 SCHEDULER = Identity("system:kube-scheduler")
+APISERVER_KUBELET_CLIENT = Identity("kube-apiserver-kubelet-client", ("system:masters",))
 
 
 def _write_key(path: Path, key) -> None:

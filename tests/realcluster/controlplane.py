@@ -66,7 +66,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:  # runs in the child between fork and exec
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
@@ -108,6 +108,10 @@ class ControlPlane:
     work: Path
     runtime_config: str = RUNTIME_CONFIG
     full: bool = True  # False: etcd and kube-apiserver only (an API server to read, no pods)
+    controllers: tuple[str, ...] = CONTROLLERS
+    # "Node,RBAC" where a real kubelet joins (tests/node): the Node authorizer is what lets a
+    # kubelet read its own pods' secrets, claims and service-account tokens.
+    authorization: str = "RBAC"
     processes: list[Process] = field(default_factory=list)
     server: str = ""
     version: str = ""
@@ -116,8 +120,11 @@ class ControlPlane:
 
     @classmethod
     def start(cls, bin_dir: Path, work: Path, timeout: float = 120.0,
-              runtime_config: str = RUNTIME_CONFIG, full: bool = True) -> ControlPlane:
-        cp = cls(bin_dir=bin_dir, work=work, runtime_config=runtime_config, full=full)
+              runtime_config: str = RUNTIME_CONFIG, full: bool = True,
+              controllers: tuple[str, ...] = CONTROLLERS,
+              authorization: str = "RBAC") -> ControlPlane:
+        cp = cls(bin_dir=bin_dir, work=work, runtime_config=runtime_config, full=full,
+                 controllers=controllers, authorization=authorization)
         try:
             cp._start(timeout)
         except BaseException:
@@ -136,7 +143,7 @@ class ControlPlane:
         with log.open("wb") as out:
             popen = subprocess.Popen([str(self.bin_dir / name), *args], stdout=out,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     cwd=self.work, preexec_fn=_die_with_parent)
+                                     cwd=self.work, preexec_fn=die_with_parent)
         proc = Process(name, popen, log)
         self.processes.append(proc)
         return proc
@@ -145,6 +152,7 @@ class ControlPlane:
         pki = self.work / "pki"
         pki.mkdir(parents=True)
         ca = certs.CertificateAuthority(pki)
+        self.authority = ca  # issues more identities later (a kubelet's, tests/node)
         self.ca = ca.cert_path
         serving = ca.issue("apiserver", "kube-apiserver", server=True,
                            dns=("localhost", "kubernetes", "kubernetes.default",
@@ -152,6 +160,8 @@ class ControlPlane:
                            ips=("127.0.0.1", "10.0.0.1"))
         sa_key, sa_pub = certs.service_account_keys(pki)
         self.admin_cert = ca.client("admin", certs.ADMIN)
+        # What the API server shows a kubelet when it proxies `kubectl logs` and exec to it.
+        kubelet_client = ca.client("apiserver-kubelet-client", certs.APISERVER_KUBELET_CLIENT)
 
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         etcd = self._spawn(
@@ -172,10 +182,12 @@ class ControlPlane:
             f"--secure-port={api_port}", f"--cert-dir={self.work / 'apiserver'}",
             f"--tls-cert-file={serving[0]}", f"--tls-private-key-file={serving[1]}",
             f"--client-ca-file={ca.cert_path}",
+            f"--kubelet-client-certificate={kubelet_client[0]}",
+            f"--kubelet-client-key={kubelet_client[1]}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={sa_pub}",
             f"--service-account-signing-key-file={sa_key}",
-            "--service-cluster-ip-range=10.0.0.0/24", "--authorization-mode=RBAC",
+            "--service-cluster-ip-range=10.0.0.0/24", f"--authorization-mode={self.authorization}",
             f"--runtime-config={self.runtime_config}",
             # loopback cannot be advertised as the kubernetes Service endpoint: none is kept
             "--endpoint-reconciler-type=none",
@@ -193,7 +205,7 @@ class ControlPlane:
                            timeout: float) -> None:
         self._spawn_component(
             ca, "kube-controller-manager", certs.CONTROLLER_MANAGER,
-            f"--controllers={','.join(CONTROLLERS)}", "--use-service-account-credentials=true",
+            f"--controllers={','.join(self.controllers)}", "--use-service-account-credentials=true",
             f"--service-account-private-key-file={sa_key}", f"--root-ca-file={ca.cert_path}")
         self._spawn_component(ca, "kube-scheduler", certs.SCHEDULER)
         # Pod admission needs each namespace's default service account: the controller's work.

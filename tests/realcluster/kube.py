@@ -23,6 +23,9 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "Pod": ("/api/v1", "pods", True),
     "ConfigMap": ("/api/v1", "configmaps", True),
     "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "PersistentVolume": ("/api/v1", "persistentvolumes", False),
+    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
+    "Job": ("/apis/batch/v1", "jobs", True),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases", True),
     "DeviceClass": ("/apis/resource.k8s.io/v1", "deviceclasses", False),
     "ResourceSlice": ("/apis/resource.k8s.io/v1", "resourceslices", False),
@@ -82,7 +85,8 @@ class Kube:
     # --- verbs --------------------------------------------------------------------------------
 
     def request(self, method: str, path: str, body=None, params=None,
-                content_type: str = "application/json") -> dict:
+                content_type: str = "application/json", raw: bool = False):
+        """The JSON answer (``raw``: the body's text, e.g. a pod's log); KubeError on >= 300."""
         data = None if body is None else (body if isinstance(body, str) else json.dumps(body))
         resp = self.session.request(method, self.server + path, data=data, params=params,
                                     headers={"Content-Type": content_type,
@@ -91,6 +95,8 @@ class Kube:
                                     # per request: requests lets $REQUESTS_CA_BUNDLE override
                                     # a session's CA, and this machine sets it
                                     verify=self.ca)
+        if raw and resp.status_code < 300:
+            return resp.text
         try:
             payload = resp.json()
         except ValueError:

@@ -1,12 +1,15 @@
 """(b) The MutatingAdmissionPolicy draslice installs (manifests/30-admission-policy.map-v1.yaml)
 run by the real API server on pods built as KFP 2.17 builds them on Argo.
 
-Each labelled executor of each policy-mode pipeline in compiled/ becomes a pod: its
-``podMetadata`` labels, Argo's ``init`` and ``wait`` containers, KFP's launcher init container
-and the user container ``main``. The server's answer to creating it (dry run, so nothing is
-scheduled) must equal its answer for the pod native mode asks for (the same pod with the
-claim already in it), and native mode's own file must name the same template. Pods the policy
-must not touch, and a policy broken on purpose (fail closed), are checked the same way.
+Each task of each policy-mode pipeline in compiled/ that KFP 2.17.0's Workflow runs on the
+shared ``metadata-0-1-system-container-impl`` template becomes a pod (tests/kfp_workflow.py):
+the label arrives through the task's Argo parameters substituted into that template's
+metadata, with Argo's ``init`` and ``wait`` containers, KFP's launcher init container and the
+user container ``main`` whose image the driver's pod spec patch sets. The server's answer to
+creating it (dry run, so nothing is scheduled) must equal its answer for the pod native mode
+asks for (the same pod with the claim already in it), and native mode's own file must name the
+same template. Pods the policy must not touch, and a policy broken on purpose (fail closed),
+are checked the same way.
 """
 
 from __future__ import annotations
@@ -20,13 +23,12 @@ import yaml
 
 from draslice.cluster.manifests.podclaim import with_claim
 from draslice.cluster.names import CLAIM_LABEL
+from tests import kfp_workflow
 from tests.realcluster.kube import KubeError
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY_FILE = REPO / "manifests" / "30-admission-policy.map-v1.yaml"
 OPTED_IN, NOT_OPTED_IN = "kfp-policy-on", "kfp-policy-off"
-ARGOEXEC = "quay.io/argoproj/argoexec:v3.6.7"
-LAUNCHER = "ghcr.io/kubeflow/kfp-launcher:2.17.0"
 
 
 def _policy_docs() -> list[dict]:
@@ -46,48 +48,14 @@ def _images(path: Path) -> dict[str, str]:
             for name, e in spec["deploymentSpec"]["executors"].items() if "container" in e}
 
 
-def labelled_executors() -> list[tuple[str, str, dict, str]]:
-    """(file, executor, podMetadata labels, main image) for every labelled policy executor."""
-    out = []
-    for path in sorted((REPO / "compiled").glob("*.policy.*.yaml")):
-        images = _images(path)
-        for name, cfg in _executors(path).items():
-            labels = (cfg.get("podMetadata") or {}).get("labels") or {}
-            if CLAIM_LABEL in labels:
-                out.append((path.name, name, labels, images[name]))
-    return out
+def labelled_tasks() -> list[tuple[str, str]]:
+    """(file, task) for every task of a policy file that runs the labelled executor template."""
+    return [(path.name, task) for path in sorted((REPO / "compiled").glob("*.policy.*.yaml"))
+            for task in kfp_workflow.labelled_tasks(path)]
 
 
-def kfp_argo_pod(name: str, namespace: str, labels: dict | None, image: str) -> dict:
-    """An executor pod as KFP 2.17's Argo compiler and Argo make it."""
-    meta = {"name": name, "namespace": namespace,
-            "labels": {"pipelines.kubeflow.org/v2_component": "true",
-                       "workflows.argoproj.io/completed": "false",
-                       "workflows.argoproj.io/workflow": "sft-abc12", **(labels or {})},
-            "annotations": {"pipelines.kubeflow.org/v2_pipeline": "true",
-                            "workflows.argoproj.io/node-name": "sft-abc12.root.sft"}}
-    mounts = [{"name": "var-run-argo", "mountPath": "/var/run/argo"}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {
-        "serviceAccountName": "pipeline-runner",
-        "initContainers": [
-            {"name": "init", "image": ARGOEXEC, "command": ["argoexec", "init"],
-             "volumeMounts": mounts},
-            {"name": "kfp-launcher", "image": LAUNCHER,
-             "command": ["launcher-v2", "--copy", "/kfp-launcher/launch"],
-             "volumeMounts": [{"name": "kfp-launcher", "mountPath": "/kfp-launcher"}]},
-        ],
-        "containers": [
-            {"name": "wait", "image": ARGOEXEC, "command": ["argoexec", "wait"],
-             "volumeMounts": mounts},
-            {"name": "main", "image": image,
-             "command": ["/var/run/argo/argoexec", "emissary", "--", "/kfp-launcher/launch"],
-             "resources": {"limits": {"cpu": "4", "memory": "16Gi"}},
-             "volumeMounts": mounts + [{"name": "kfp-launcher", "mountPath": "/kfp-launcher"}]},
-        ],
-        "volumes": [{"name": "var-run-argo", "emptyDir": {}},
-                    {"name": "kfp-launcher", "emptyDir": {}}],
-        "restartPolicy": "Never",
-    }}
+kfp_argo_pod = kfp_workflow.argo_pod
+LIMITS = {"limits": {"cpu": "4", "memory": "16Gi"}}  # limits a task may set; the policy keeps them
 
 
 def _normal(pod: dict) -> dict:
@@ -139,16 +107,17 @@ def _wait_rejecting(kube) -> KubeError:
     return kube.wait("the broken policy to reject a labelled pod", rejected, timeout=60)
 
 
-@pytest.mark.parametrize("file, executor, labels, image", labelled_executors(),
-                         ids=lambda v: v if isinstance(v, str) and "/" not in v else None)
-def test_a_kfp_pod_becomes_the_native_mode_pod(admission, file, executor, labels, image):
-    template = labels[CLAIM_LABEL]
+@pytest.mark.parametrize("file, task", labelled_tasks(), ids=lambda v: v)
+def test_a_kfp_pod_becomes_the_native_mode_pod(admission, file, task):
+    wf = kfp_workflow.workflow(REPO / "compiled" / file)
+    pod = kfp_workflow.executor_pod(wf, task, f"sft-abc12-{task}-system-container-impl-1",
+                                    OPTED_IN, LIMITS)
+    template = pod["metadata"]["labels"][CLAIM_LABEL]
     native_file = REPO / "compiled" / file.replace(".policy.", ".native.")
     if native_file.exists():  # the canary is compiled in policy mode only
-        native_claims = _executors(native_file)[executor]["podResourceClaims"]
+        native_claims = _executors(native_file)[f"exec-{task}"]["podResourceClaims"]
         assert native_claims == [{"resourceClaimTemplateName": template}], native_file.name
 
-    pod = kfp_argo_pod("sft-abc12-system-container-impl-1", OPTED_IN, labels, image)
     mutated = admission.create(pod, dry_run=True)
     native = copy.deepcopy(pod)
     native["spec"] = with_claim(pod["spec"], template)

@@ -42,3 +42,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """The model's weights must not be read: a refusal that came after them would cost a user
+    the load (minutes for a 7B base). A call fails the command with exit 1, not 2."""
+    from draslice.trainer import build
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the model was loaded before the input was refused")
+
+    monkeypatch.setattr(build, "load_pretrained", refuse)

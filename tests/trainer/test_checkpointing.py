@@ -70,8 +70,8 @@ def test_the_reentrant_kind_keeps_every_lora_gradient_with_the_grouped_forward()
 
 def test_choose_takes_the_reentrant_kind_only_for_a_small_eager_single_process_model(
         monkeypatch):
-    """Reentrant up to LAUNCH_BOUND_WIDTH (run M: faster only where launch-bound), never under
-    inductor or DDP, and REENTRANT overrides the choice either way."""
+    """Reentrant up to LAUNCH_BOUND_WIDTH (measured faster only where launch-bound), never
+    under inductor or DDP, and REENTRANT overrides the choice either way."""
     small = qwen2_lora(layers=1).get_base_model()
     wide = torch.nn.Linear(1, 1)
     wide.config = type("Config", (), {"hidden_size": grad_checkpointing.LAUNCH_BOUND_WIDTH + 1})()

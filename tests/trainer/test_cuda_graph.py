@@ -141,7 +141,7 @@ def test_graph_capture_is_warmed_up_apart_and_falls_back_twice(body, monkeypatch
 
 def test_a_graph_slower_than_eager_is_dropped(body, monkeypatch):
     """The graph is kept only if its replays beat the eager warm-up's fastest pass: on
-    Qwen2.5-1.5B at 8 x 2048 the replayed body was slower than eager (run J); then the run
+    Qwen2.5-1.5B at 8 x 2048 on an H200 the replayed body was slower than eager; then the run
     goes on eagerly, saying both times, and the graphed forward (and with it the graph) is
     gone."""
     import torch

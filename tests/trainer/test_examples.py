@@ -134,7 +134,7 @@ def test_chat_data_needs_a_chat_template(tmp_path, tiny_gpt2, demo_data):
 
 
 def test_a_directory_that_is_not_a_saved_dataset_is_named(tmp_path, tok):
-    with pytest.raises(DatasetError, match="not a directory written by datasets"):
+    with pytest.raises(DatasetError, match="a directory, but not one written by datasets"):
         load_examples(tmp_path, tok)
     with pytest.raises(DatasetError, match="no such file"):
         load_examples(tmp_path / "missing.jsonl", tok)

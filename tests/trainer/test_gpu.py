@@ -102,8 +102,8 @@ def test_the_default_replays_the_body_as_a_cuda_graph_and_trains_like_eager(tmp_
 def test_the_default_captures_a_packed_qwen2_body_with_liger_kernels(tmp_path, replays):
     """compile="auto" on a packed Qwen2 run (tied embeddings, grouped KV heads, Liger's kernels
     when installed): the body is captured as a CUDA graph. Qwen2.5-1.5B's capture failed with
-    make_graphed_callables' own warm-up (docs/benchmarks.md, run H); cuda_graph.GraphedBody now
-    warms up itself, and says so when it had to fall back."""
+    make_graphed_callables' own warm-up on an H200; cuda_graph.GraphedBody now warms up
+    itself, and says so when it had to fall back."""
     from tests import scratch
 
     model = scratch.save_scratch_model(

@@ -78,4 +78,9 @@ def test_recorded_tokens_per_s_are_the_measured_step_times(tmp_path, monkeypatch
         assert r["tokens_per_s"] <= r["tokens"] / 0.1
     assert result.train_seconds == pytest.approx(sum(r["step_seconds"] for r in records))
     assert result.train_tokens == sum(r["tokens"] for r in records)
-    assert result.tokens_per_s == pytest.approx(result.train_tokens / result.train_seconds)
+    steady = [r for r in records if r["step"] >= result.steady_from_step]
+    assert result.steady_from_step >= 2  # the first step is warm-up
+    assert result.tokens_per_s == pytest.approx(sum(r["tokens"] for r in steady)
+                                                / sum(r["step_seconds"] for r in steady))
+    assert result.warmup_seconds == pytest.approx(sum(
+        r["step_seconds"] for r in records if r["step"] < result.steady_from_step))

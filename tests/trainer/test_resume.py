@@ -15,7 +15,8 @@ from safetensors.torch import load_file
 from draslice.errors import DrasliceError
 from draslice.trainer import checkpoint
 from draslice.trainer.artifacts import ADAPTER_DIR, CHECKPOINT_DIR
-from draslice.trainer.config import SFTConfig
+from draslice.trainer.config import FINETUNE_KNOBS, SFTConfig
+from draslice.trainer.presets import FINETUNE
 from draslice.trainer.sft import train
 
 STEPS, EVERY, KILL_AFTER = 120, 10, 25
@@ -30,10 +31,10 @@ def _args(model, data) -> list[str]:
 
 
 def _cfg(model, data) -> SFTConfig:
-    """What `draslice train` builds from :func:`_args`."""
-    return SFTConfig(model_dir=str(model), data=str(data), steps=STEPS, checkpoint_every=EVERY,
-                     log_every=1000, device="cpu", batch_size=4, max_length=48,
-                     eval_fraction=0.1)
+    """What `draslice train` builds from :func:`_args`: those, and the finetune preset."""
+    given = dict(model_dir=str(model), data=str(data), steps=STEPS, checkpoint_every=EVERY,
+                 log_every=1000, device="cpu", batch_size=4, max_length=48, eval_fraction=0.1)
+    return SFTConfig(**FINETUNE.fill(given, FINETUNE_KNOBS), **given)
 
 
 def _kill_mid_training(out, args) -> int:
@@ -72,6 +73,8 @@ def test_sigkill_mid_training_then_rerun_resumes_to_the_uninterrupted_adapter(
     lines: list[str] = []
     resumed = train(_cfg(tiny_gpt2, data), killed, killed / "metrics.jsonl", log=lines.append)
     assert f"[checkpoint] resumed at step {resumed_at} from {last}" in lines
+    assert any(line.startswith(f"[lock] {killed}: took over the lock of a run that is gone "
+                               "(pid ") for line in lines), lines  # the killed one's, named
     assert resumed.resumed_from_step == resumed_at
 
     straight = tmp_path / "straight"

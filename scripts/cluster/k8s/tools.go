@@ -1,6 +1,7 @@
 //go:build tools
 
-// Package build pins the main packages that scripts/cluster/build.sh compiles, so that
+// Package build pins the main packages that scripts/cluster/build.sh (the control plane) and
+// scripts/node/build.sh (the kubelet; the DRA driver in dradriver/ imports its own) compile, so that
 // `go mod tidy` keeps every module they need in go.mod and go.sum.
 package build
 
@@ -10,4 +11,5 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )
