@@ -72,11 +72,11 @@ def check_on_missing_dra(value: str) -> str:
 def read_snapshot(source: str, namespace: str | None = None, kubeconfig: str | None = None,
                   context: str | None = None, progress: Callable[[str], None] | None = None):
     """``source``: a snapshot file path, or ``"live"`` for the cluster; ``progress`` hears how
-    a long read of a file goes."""
+    a long read of a file goes, or of a GET the cluster is slow to answer."""
     if source == "live":
         from draslice.cluster.live import api_client, read_cluster
 
-        return read_cluster(api_client(kubeconfig, context), namespace)
+        return read_cluster(api_client(kubeconfig, context), namespace, progress)
     from draslice.cluster.snapshot import load_snapshot
 
     return load_snapshot(source, progress)
@@ -174,7 +174,8 @@ def run_preflight(
     if source == "auto":
         from draslice.cluster.live import _pod_namespace
 
-        snapshot = read_snapshot("live", namespace or _pod_namespace())
+        snapshot = read_snapshot("live", namespace or _pod_namespace(),
+                                 progress=lambda line: print(line, flush=True))
         namespace = namespace or _pod_namespace() or ""
     else:
         if not Path(source).is_file():
