@@ -119,8 +119,11 @@ def _checked_params(opts: dict) -> dict:
 
         load_snapshot(opts["snapshot"], lambda line: click.echo(line, err=True))
         params["preflight_source"] = str(Path(opts["snapshot"]).resolve())
-    from draslice.trainer.outputs import check_writable_dir
+    from draslice.trainer.outputs import check_writable_dir, remove_created
 
-    # Last, so that a refusal above leaves no folder behind (the check creates it).
-    check_writable_dir(opts["runs_dir"], "runs_dir", [])
+    # The check creates the folder to probe it; it is taken back, so that a refusal after it
+    # (a sweep file's) leaves nothing behind: new_run_dir makes it when the run starts.
+    created: list[Path] = []
+    check_writable_dir(opts["runs_dir"], "runs_dir", created)
+    remove_created(created)
     return params
