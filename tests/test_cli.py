@@ -119,6 +119,23 @@ def test_a_runs_dir_that_cannot_be_written_is_refused_before_the_first_task(tmp_
     assert a_file.exit_code == 2 and f"Directory '{file}' is a file" in a_file.output
 
 
+def test_a_runs_dir_on_a_read_only_file_system_is_refused_before_the_first_task(tmp_path):
+    """The issue's own case, Errno 30: a real tmpfs mounted read-only; skipped where this
+    process may not mount (it needs root with CAP_SYS_ADMIN, as on the CI machine)."""
+    where = tmp_path / "ro"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(where)],
+                             capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        result = CliRunner().invoke(main, ["run", "--runs-dir", str(where / "runs")])
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+    _refused_before_any_task(result, f"invalid runs_dir='{where / 'runs'}': cannot write there "
+                                     "(Read-only file system)")
+
+
 def test_slice_cap_on_a_cpu_only_machine_is_refused_up_front(tmp_path):
     import torch
 
