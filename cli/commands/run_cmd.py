@@ -45,6 +45,9 @@ def run(**opts) -> None:
     and ends, the lines of the seed guide, the fine-tune's progress, then the verdict, the
     report (report.html) and the run folder. Exits 0 on PASS, 1 on FAIL, and when a task
     fails with its documented code: 2 bad input, 3 out of memory in the slice, 4 NaN loss.
+    Bad input is refused before the first task: the options, the LoRA targets and rank on
+    the model, a step too large for this device, a --snapshot file that cannot be read, a
+    --runs-dir that cannot be written.
 
     \b
     Examples:
