@@ -16,8 +16,13 @@ counts as "no DRA" only when the server's discovery (``/apis``) is a Kubernetes 
 that does not list ``resource.k8s.io/v1`` (a real kube-apiserver answers a group it does not
 serve with a plain-text "404 page not found", so the 404 itself proves nothing); any answer that
 is not JSON, or not the kind of object asked for (a plain web server, a proxy's error page), is
-an error naming the server. Every read has a connect and a read timeout and is not retried after
-a read timeout, so a stalled server ends the command within ``READ_TIMEOUT_S``. A kubeconfig
+an error naming the server. Each GET has one deadline, ``READ_TIMEOUT_S`` of wall time, for all
+of it: connecting, the retries of a refused connection, the TLS handshake, every byte of the
+answer. A socket timeout alone would not keep that promise (it restarts at each byte a server
+trickles, at each retry, and ``/version`` had none), so the request runs in a thread that the
+command stops waiting for at the deadline; past ``PROGRESS_AFTER_S`` the wait is told to
+``progress`` (stderr for ``draslice preflight``). A server that stalled ends the read: no other
+request follows it (a fallback would wait once more). A kubeconfig
 that is not UTF-8, not YAML, or has fields of the wrong type is bad input (exit 2) naming the
 file and the field.
 """
@@ -26,6 +31,10 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
+from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 
 import yaml
@@ -36,7 +45,11 @@ from draslice.errors import DrasliceError
 GROUP_PATH = "/apis/resource.k8s.io/v1"
 PAGE_SIZE = 500
 CONNECT_TIMEOUT_S = 10.0
-READ_TIMEOUT_S = 30.0
+READ_TIMEOUT_S = 30.0  # the wall-time deadline of one GET, its retries included
+PROGRESS_AFTER_S = 5.0  # a GET still waiting after this says so, and again as often
+# Who hears about a slow GET during read_cluster (a context variable: the functions between
+# read_cluster and _get need not carry it).
+_PROGRESS: ContextVar[Callable[[str], None] | None] = ContextVar("progress", default=None)
 RBAC_HINT = (
     "grant it read access with the RBAC that `draslice manifests rbac` renders "
     "(kubectl apply -f -)"
@@ -51,6 +64,10 @@ class ClusterAccessError(DrasliceError):
 
 class KubeconfigError(DrasliceError):
     """The kubeconfig file itself is unusable (bad input: exit 2)."""
+
+
+class ClusterStalled(ClusterAccessError):
+    """A GET passed its deadline: the read ends here, no fallback request is tried."""
 
 
 class _NotServed(Exception):
@@ -174,8 +191,8 @@ def api_client(kubeconfig: str | None = None, context: str | None = None):
         where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise KubeconfigError(f"kubeconfig {where}: unusable ({type(exc).__name__}: {exc}); "
                               f"{KUBECONFIG_HINT}") from None
-    # A stalled server must not hold preflight: no retry after a read timeout (each read waits
-    # READ_TIMEOUT_S at most); refused connections are retried twice.
+    # A stalled server must not hold preflight: no retry after a read timeout; refused
+    # connections are retried twice, inside the GET's one deadline (_within_deadline).
     cfg.retries = urllib3.Retry(total=2, connect=2, read=False, status=0, redirect=0)
     return client.ApiClient(cfg)
 
@@ -196,30 +213,74 @@ def _pod_namespace() -> str | None:
 
 
 def _get(api, path: str, query: list | None = None):
-    """GET ``path``; the raw response (``status``, ``data``, ``headers``), read in full.
+    """GET ``path``; the raw response (``status``, ``data``, ``headers``), read in full within
+    ``READ_TIMEOUT_S`` of wall time.
 
     Transport failures (refused, reset, timed out, cut off mid-answer) become one
-    :class:`ClusterAccessError` naming the server; HTTP errors stay ``ApiException``."""
+    :class:`ClusterAccessError` naming the server (:class:`ClusterStalled` past the deadline);
+    HTTP errors stay ``ApiException``."""
     from urllib3.exceptions import HTTPError, MaxRetryError, ReadTimeoutError
 
     host = api.configuration.host
-    try:
+
+    def request():
         resp = api.call_api(
             path, "GET", query_params=query or [], header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
             _request_timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S),
         )
-        resp.data  # noqa: B018 (read the whole body here, inside the timeout and the except)
+        resp.data  # noqa: B018 (read the whole body here, inside the deadline and the except)
         return resp
+
+    try:
+        return _within_deadline(request, host, path)
     except (ReadTimeoutError, MaxRetryError) as exc:
         if not isinstance(getattr(exc, "reason", exc), ReadTimeoutError):
             raise ClusterAccessError(f"cannot reach the API server {host}: "
                                      f"{_redact(api, exc)}") from None
-        raise ClusterAccessError(f"the API server {host} did not answer GET {path} within "
-                                 f"{READ_TIMEOUT_S:g} s") from None
+        raise _stalled(host, path) from None
     except HTTPError as exc:
         raise ClusterAccessError(f"cannot reach the API server {host}: {_redact(api, exc)}") \
             from None
+
+
+def _stalled(host: str, path: str) -> ClusterStalled:
+    return ClusterStalled(f"the API server {host} did not answer GET {path} within "
+                          f"{READ_TIMEOUT_S:g} s")
+
+
+def _within_deadline(request: Callable, host: str, path: str):
+    """``request()``'s result or exception, or :class:`ClusterStalled` once ``READ_TIMEOUT_S``
+    have passed. The request runs in a daemon thread, left to its socket timeouts when the
+    deadline passes (the command ends; nothing waits for it)."""
+    outcome: dict = {}
+
+    def work() -> None:
+        try:
+            outcome["value"] = request()
+        except BaseException as exc:  # noqa: BLE001 (handed to the waiting thread as it is)
+            outcome["error"] = exc
+
+    start = time.monotonic()
+    worker = threading.Thread(target=work, name=f"GET {path}", daemon=True)
+    worker.start()
+    deadline, tell = start + READ_TIMEOUT_S, start + PROGRESS_AFTER_S
+    while True:
+        worker.join(max(0.0, min(deadline, tell) - time.monotonic()))
+        if not worker.is_alive():
+            break
+        now = time.monotonic()
+        if now >= deadline:
+            raise _stalled(host, path)
+        if now >= tell:
+            progress = _PROGRESS.get()
+            if progress is not None:
+                progress(f"waiting for the API server {host}: GET {path}, {now - start:.0f} s "
+                         f"of {READ_TIMEOUT_S:g} s")
+            tell += PROGRESS_AFTER_S
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def _redact(api, value) -> str:
@@ -259,6 +320,8 @@ def _discovery(api) -> dict | None:
 
     try:
         return _json(api, _get(api, "/apis"), "/apis", "APIGroupList")
+    except ClusterStalled:
+        raise
     except (ApiException, ClusterAccessError):
         return None
 
@@ -349,23 +412,29 @@ def _server_message(exc) -> str:
 
 def server_version(api) -> str | None:
     """The API server's ``gitVersion`` (``v1.35.2``) from ``/version``; None if unreadable (the
-    newest supported allocator then decides, and the report says which one did)."""
+    newest supported allocator then decides, and the report says which one did). A server
+    that does not answer at all is no "unreadable version": its error ends the read."""
     from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
 
     try:
-        resp = api.call_api("/version", "GET", header_params={"Accept": "application/json"},
-                            auth_settings=["BearerToken"], _preload_content=False,
-                            _return_http_data_only=True)
-        version = json.loads(resp.data).get("gitVersion")
-    except (ApiException, HTTPError, ValueError, AttributeError):
+        version = json.loads(_get(api, "/version").data).get("gitVersion")
+    except (ApiException, ValueError, AttributeError):
         return None
     return version if isinstance(version, str) else None
 
 
-def read_cluster(api, namespace: str | None) -> Snapshot:
+def read_cluster(api, namespace: str | None,
+                 progress: Callable[[str], None] | None = None) -> Snapshot:
     """The objects preflight needs; ``namespace``: where templates (and, failing cluster-wide
-    rights, claims) are read."""
+    rights, claims) are read; ``progress`` hears of a GET that is slow to answer."""
+    token = _PROGRESS.set(progress)
+    try:
+        return _read_cluster(api, namespace)
+    finally:
+        _PROGRESS.reset(token)
+
+
+def _read_cluster(api, namespace: str | None) -> Snapshot:
     host = api.configuration.host
     snap = Snapshot(source=f"cluster {host}")
     snap.server_version = server_version(api)
@@ -387,8 +456,8 @@ def read_cluster(api, namespace: str | None) -> Snapshot:
     try:
         snap.claims = list_all(api, f"{GROUP_PATH}/resourceclaims",
                                "resourceclaims.resource.k8s.io", "all namespaces")
-    except ClusterAccessError:
-        if not namespace:
+    except ClusterAccessError as exc:
+        if not namespace or isinstance(exc, ClusterStalled):
             raise
         snap.claims = list_all(api, f"{GROUP_PATH}/namespaces/{namespace}/resourceclaims",
                                "resourceclaims.resource.k8s.io", f"namespace {namespace}")
@@ -405,6 +474,8 @@ def read_cluster(api, namespace: str | None) -> Snapshot:
         try:
             snap.templates = list_all(api, f"{GROUP_PATH}/resourceclaimtemplates",
                                       "resourceclaimtemplates.resource.k8s.io", "all namespaces")
+        except ClusterStalled:
+            raise
         except ClusterAccessError as exc:
             snap.notes.append(f"claim templates not read ({exc}); pass --namespace")
     if snap.device_classes and not snap.slices:
@@ -418,5 +489,7 @@ def _read_for_diagnosis(api, snap: Snapshot) -> None:
                                  ("/apis/apps/v1/daemonsets", "daemonsets.apps", "daemonsets")):
         try:
             setattr(snap, attr, list_all(api, path, resource, "cluster scope"))
+        except ClusterStalled:
+            raise
         except (ClusterAccessError, _NotServed) as exc:
             snap.notes.append(f"could not read {resource} for the diagnosis: {exc}")

@@ -13,6 +13,7 @@ Two ways in, one decision:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,15 +70,16 @@ def check_on_missing_dra(value: str) -> str:
 # --- where the objects and the template come from --------------------------------------------
 
 def read_snapshot(source: str, namespace: str | None = None, kubeconfig: str | None = None,
-                  context: str | None = None):
-    """``source``: a snapshot file path, or ``"live"`` for the cluster."""
+                  context: str | None = None, progress: Callable[[str], None] | None = None):
+    """``source``: a snapshot file path, or ``"live"`` for the cluster; ``progress`` hears how
+    a long read of a file goes, or of a GET the cluster is slow to answer."""
     if source == "live":
         from draslice.cluster.live import api_client, read_cluster
 
-        return read_cluster(api_client(kubeconfig, context), namespace)
+        return read_cluster(api_client(kubeconfig, context), namespace, progress)
     from draslice.cluster.snapshot import load_snapshot
 
-    return load_snapshot(source)
+    return load_snapshot(source, progress)
 
 
 def template_from_file(path: str | Path) -> dict:
@@ -172,14 +174,15 @@ def run_preflight(
     if source == "auto":
         from draslice.cluster.live import _pod_namespace
 
-        snapshot = read_snapshot("live", namespace or _pod_namespace())
+        snapshot = read_snapshot("live", namespace or _pod_namespace(),
+                                 progress=lambda line: print(line, flush=True))
         namespace = namespace or _pod_namespace() or ""
     else:
         if not Path(source).is_file():
             raise InvalidParameter(
                 "preflight_source", source, "must be auto, none or the path of a snapshot file"
             )
-        snapshot = read_snapshot(source)
+        snapshot = read_snapshot(source, progress=lambda line: print(line, flush=True))
     from draslice.cluster.render import to_text
 
     template = template_from_cluster(snapshot, claim_template, namespace or None)

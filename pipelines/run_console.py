@@ -13,6 +13,7 @@ parsed from that task's traceback (the exception class names the exit code, see
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import logging
@@ -64,7 +65,9 @@ def failure_of(task: str, lines: list[str]) -> TaskFailure:
 
     The last exception line after the last ``Traceback`` is the one that ended the task (with
     chained exceptions it is the outermost, ours). A :class:`~draslice.errors.DrasliceError`
-    subclass gives its documented exit code; any other exception is a bug: exit code 1.
+    subclass, of ``errors`` or of any ``draslice`` module (``SnapshotError``,
+    ``ClusterAccessError``), gives its documented exit code and its message alone; any other
+    exception is a bug: exit code 1.
     """
     start = max((i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")),
                 default=None)
@@ -75,11 +78,22 @@ def failure_of(task: str, lines: list[str]) -> TaskFailure:
     last = next((line for line in lines[start + 1:] if line and not line.startswith(" ")),
                 "")
     qualified, _, message = last.partition(": ")
-    name = qualified.rpartition(".")[2]
-    cls = getattr(errors, name, None)
+    module_name, _, name = qualified.rpartition(".")
+    cls = _draslice_class(module_name, name) or getattr(errors, name, None)
     if isinstance(cls, type) and issubclass(cls, errors.DrasliceError):
         return TaskFailure(task, message.strip() or name, cls.exit_code)
     return TaskFailure(task, last.strip() or "a traceback without an exception line", 1)
+
+
+def _draslice_class(module_name: str, name: str) -> type | None:
+    """The class a traceback names as ``draslice.<module>.<name>``; None for another
+    package's (nothing outside draslice is imported for it) or a name that is not there."""
+    if module_name != "draslice" and not module_name.startswith("draslice."):
+        return None
+    try:
+        return getattr(importlib.import_module(module_name), name, None)
+    except ImportError:
+        return None
 
 
 class RunOutput(io.TextIOBase):

@@ -126,6 +126,13 @@ VARIANTS = (
 )
 
 
+def select(kind: str | None = None, mode: ClaimMode | None = None) -> tuple[Variant, ...]:
+    """The committed variants of ``kind`` and claim ``mode`` (None: any). A TrainJob kind has
+    no claim mode, so naming a mode leaves it out."""
+    return tuple(v for v in VARIANTS if (kind is None or v.kind == kind)
+                 and (mode is None or (v.kind not in TRAINJOB_KINDS and v.mode == mode)))
+
+
 def set_image(pipeline, image: str) -> None:
     """Point every task of a freshly built ``pipeline`` that runs the trainer image at
     ``image`` instead. The components name the image when they are defined (at import,

@@ -46,6 +46,12 @@ def test_every_command_explains_itself(path):
         (["run", "--min-loss-drop", "2"], "invalid min_loss_drop=2.0"),
         (["run", "--lora-r", "0"], "invalid lora_r=0: must be >= 1"),
         (["run", "--learning-rate", "nan"], "invalid learning_rate=nan"),
+        (["run", "--lora-targets", "bogus"],
+         "invalid lora_targets='bogus': ['bogus'] not in the model; its projections are "
+         "['c_attn', 'c_fc', 'c_proj']"),
+        (["run", "--lora-targets", "ln_1"], "'ln_1' names a LayerNorm, not a layer LoRA can wrap"),
+        (["run", "--lora-r", "300"], "invalid lora_r=300: must be at most 256"),
+        (["run", "--seq-len", "10000000"], "invalid seq_len=10000000: a synthetic step of"),
         (["compile", "--template", "x" * 64], "at most 63"),
     ],
 )
@@ -56,6 +62,78 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     assert message in result.output
     assert "Traceback" not in result.output
     assert not any(tmp_path.iterdir())  # nothing started, nothing written
+
+
+def _refused_before_any_task(result, *words: str) -> None:
+    """``draslice run`` said one ``error:`` line holding ``words`` and exit 2, and started no
+    task (kfp.local's first task would print ``[task] preflight: started``)."""
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.output
+    for word in words:
+        assert word in errors[0], errors[0]
+    assert "Traceback" not in result.output and "[task]" not in result.output
+    assert "run folder" not in result.output
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("kind: [\n", ": line 2: not valid YAML: did not find expected node content"),
+    ('{"kind": "List", "items": [{"metadata": {}}]}',
+     ": document 1, item 1 (line 1): not a Kubernetes object (no `kind`)"),
+    ("", ": empty file; expected the output of `kubectl get"),
+])
+def test_a_bad_snapshot_is_refused_before_the_first_task(tmp_path, text, words):
+    """Issue 37, 12: the preflight task used to fail on it with exit 1 and the class name."""
+    dump = tmp_path / "dump.yaml"
+    dump.write_text(text)
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["run", "--snapshot", str(dump), "--runs-dir", str(runs)])
+    _refused_before_any_task(result, f"error: {dump}{words}")
+    assert not runs.exists()
+
+
+def test_a_runs_dir_that_cannot_be_written_is_refused_before_the_first_task(tmp_path):
+    """Issue 37, 9: a read-only folder, one below it, and a file on the way are one line
+    naming the folder, exit 2 (it was an OSError traceback once the first task ran)."""
+    import torch  # noqa: F401 (loaded before the effective user drops: see unwritable.py)
+
+    from draslice.cluster import snapshot  # noqa: F401
+    from draslice.trainer import budget, inputs  # noqa: F401
+    from draslice.trainer import device as _device  # noqa: F401
+    from tests.unwritable import read_only_folder
+
+    with read_only_folder() as folder:
+        into = CliRunner().invoke(main, ["run", "--runs-dir", str(folder)])
+        below = CliRunner().invoke(main, ["run", "--runs-dir", str(folder / "a" / "b")])
+        assert list(folder.iterdir()) == []
+    _refused_before_any_task(into, f"invalid runs_dir='{folder}': cannot write there "
+                                   "(Permission denied)")
+    _refused_before_any_task(below, f"invalid runs_dir='{folder / 'a' / 'b'}'",
+                             "Permission denied")
+    file = tmp_path / "a-file"
+    file.write_text("x")
+    past_a_file = CliRunner().invoke(main, ["run", "--runs-dir", str(file / "runs")])
+    _refused_before_any_task(past_a_file, f"invalid runs_dir='{file / 'runs'}': cannot write "
+                                          "there (Not a directory)")
+    a_file = CliRunner().invoke(main, ["run", "--runs-dir", str(file)])
+    assert a_file.exit_code == 2 and f"Directory '{file}' is a file" in a_file.output
+
+
+def test_a_runs_dir_on_a_read_only_file_system_is_refused_before_the_first_task(tmp_path):
+    """The issue's own case, Errno 30: a real tmpfs mounted read-only; skipped where this
+    process may not mount (it needs root with CAP_SYS_ADMIN, as on the CI machine)."""
+    where = tmp_path / "ro"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(where)],
+                             capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        result = CliRunner().invoke(main, ["run", "--runs-dir", str(where / "runs")])
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+    _refused_before_any_task(result, f"invalid runs_dir='{where / 'runs'}': cannot write there "
+                                     "(Read-only file system)")
 
 
 def test_slice_cap_on_a_cpu_only_machine_is_refused_up_front(tmp_path):

@@ -154,12 +154,24 @@ def check_lora_fits(model: torch.nn.Module, r: int, targets: str) -> list[str]:
     parameters (``--lora-r 100000`` on a 1.5B model: 1.6e9 of them). ``model`` may be on the
     meta device (``model_match``), so this runs before any weight is loaded."""
     names = parse_targets(resolve_targets(model, targets))
-    present = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
-    missing = [n for n in names if n not in present]
+    leaves: dict[str, list] = {}  # the modules under each last name, as peft matches them
+    for full, module in model.named_modules():
+        leaves.setdefault(full.rsplit(".", 1)[-1], []).append(module)
+    missing = [n for n in names if n not in leaves]
     if missing:
         raise InvalidParameter(
             "lora_targets", targets,
             f"{missing} not in the model; its projections are {_projection_names(model)}",
+        )
+    # A LayerNorm's name (ln_1) is in the model too; peft refuses it only when the model is
+    # wrapped, with its own ValueError.
+    unwrappable = [(n, m) for n in names for m in leaves[n] if not _matrix_dims(m)]
+    if unwrappable:
+        name, module = unwrappable[0]
+        raise InvalidParameter(
+            "lora_targets", targets,
+            f"{name!r} names a {type(module).__name__}, not a layer LoRA can wrap; the "
+            f"model's projections are {_projection_names(model)}",
         )
     smallest: tuple[int, str] | None = None
     for full, module in model.named_modules():

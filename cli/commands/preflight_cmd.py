@@ -21,8 +21,9 @@ class _PreflightCommand(JsonErrorCommand):
 @click.command("preflight", cls=_PreflightCommand)
 @click.option("--snapshot", "snapshot_file", type=click.Path(dir_okay=False),
               help="Read a dump instead of the cluster: the output of `kubectl get deviceclasses,"
-                   "resourceslices,resourceclaims,resourceclaimtemplates -A -o yaml` (add "
-                   "`kubectl get nodes,ds -A -o yaml` for the plugin diagnosis).")
+                   "resourceslices,resourceclaims,resourceclaimtemplates -A -o yaml` (or -o json, "
+                   "read far faster for a big cluster; add `kubectl get nodes,ds -A -o yaml` "
+                   "for the plugin diagnosis).")
 @click.option("--template", "template_name",
               help="A ResourceClaimTemplate by name, read from the cluster (or the snapshot).")
 @click.option("--template-file", type=click.Path(dir_okay=False),
@@ -118,7 +119,8 @@ def preflight(snapshot_file, template_name, template_file, profile, shared, gpus
         if template is None and not template_name:
             raise InvalidParameter("pods", pods, "needs a template: --template, "
                                    "--template-file, --profile, --shared or --gpus")
-    snapshot = read_snapshot(snapshot_file or "live", namespace or None, kubeconfig, context)
+    snapshot = read_snapshot(snapshot_file or "live", namespace or None, kubeconfig, context,
+                             progress=lambda line: click.echo(line, err=True))
     if template_name:
         template = template_from_cluster(snapshot, template_name, namespace or None)
     from draslice.cluster.render import to_json, to_text

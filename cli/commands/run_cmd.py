@@ -45,6 +45,9 @@ def run(**opts) -> None:
     and ends, the lines of the seed guide, the fine-tune's progress, then the verdict, the
     report (report.html) and the run folder. Exits 0 on PASS, 1 on FAIL, and when a task
     fails with its documented code: 2 bad input, 3 out of memory in the slice, 4 NaN loss.
+    Bad input is refused before the first task: the options, the LoRA targets and rank on
+    the model, a step too large for this device, a --snapshot file that cannot be read, a
+    --runs-dir that cannot be written.
 
     \b
     Examples:
@@ -89,18 +92,41 @@ def _summarize(result, seconds: float) -> None:
 
 
 def _checked_params(opts: dict) -> dict:
-    """Reject bad input here, before the first task starts (each task checks again)."""
+    """Reject bad input here, before the first task starts (each task checks again): the
+    knobs, what only this machine can answer, the snapshot file and the runs folder. A task
+    that failed on any of them would say so only after the tasks before it (preflight and
+    smoke: half a minute), with its own exit code."""
     validate_template_name(opts["template"])
     knobs = {k: opts[k] for k in DEMO.exposed}
     check_params(knobs, base=DEMO.values)  # torch-free and at once: a bad --lora-r exits 2
-    # What only this machine can answer: is the device there, can it do bf16, can it be capped.
+    # What only this machine can answer: is the device there, can it do bf16, can it be capped,
+    # does a step fit it; and the model: its LoRA targets, built on the meta device.
+    from draslice.trainer import budget, inputs
     from draslice.trainer import device as dev
+    from draslice.trainer.config import FINETUNE_KNOBS, SFTConfig
 
+    cfg = SFTConfig.from_params({k: v for k, v in {**DEMO.values, **knobs}.items()
+                                 if k in FINETUNE_KNOBS})
     torch_device = dev.resolve_device(knobs["device"])
-    dev.resolve_precision(knobs["precision"], torch_device)
-    dev.check_slice_cap(torch_device, knobs["slice_memory_gib"])
+    precision = dev.resolve_precision(knobs["precision"], torch_device)
+    capped = dev.check_slice_cap(torch_device, knobs["slice_memory_gib"])
+    info = dev.describe(torch_device, knobs["slice_memory_gib"] if capped else None)
+    budget.check_synthetic_fits(cfg, precision, info.total_mem_gib, info.name)
+    inputs.check_lora(cfg)
     params = {**knobs, "on_missing_dra": opts["on_missing_dra"]}
-    # Without a snapshot the local check runs ("none"); with one, preflight reads it.
-    params["preflight_source"] = str(Path(opts["snapshot"]).resolve()) if opts["snapshot"] \
-        else "none"
+    # Without a snapshot the local check runs ("none"); with one, preflight reads it, and a
+    # file it cannot read is bad input now, in the snapshot's own words.
+    params["preflight_source"] = "none"
+    if opts["snapshot"]:
+        from draslice.cluster.snapshot import load_snapshot
+
+        load_snapshot(opts["snapshot"], lambda line: click.echo(line, err=True))
+        params["preflight_source"] = str(Path(opts["snapshot"]).resolve())
+    from draslice.trainer.outputs import check_writable_dir, remove_created
+
+    # The check creates the folder to probe it; it is taken back, so that a refusal after it
+    # (a sweep file's) leaves nothing behind: new_run_dir makes it when the run starts.
+    created: list[Path] = []
+    check_writable_dir(opts["runs_dir"], "runs_dir", created)
+    remove_created(created)
     return params

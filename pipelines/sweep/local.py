@@ -32,9 +32,20 @@ class SweepRun:
 
 def planned_runs(path: str | Path, base: dict) -> list[dict]:
     """The file's runs over ``base`` (knob values from the command line), checked and
-    completed from the demo preset."""
+    completed from the demo preset; each run's LoRA targets and rank are checked on the
+    model too, as ``draslice run`` checks its own (a bad one would fail only its fine-tune)."""
+    from draslice.trainer.config import FINETUNE_KNOBS, SFTConfig
+    from draslice.trainer.inputs import check_lora
+
     try:
-        return plan_runs([{**base, **run} for run in load_runs(path)], PRESET)
+        runs = plan_runs([{**base, **run} for run in load_runs(path)], PRESET)
+        for i, run in enumerate(runs):
+            try:
+                check_lora(SFTConfig.from_params({k: run[k] for k in FINETUNE_KNOBS}))
+            except InvalidParameter as err:
+                raise InvalidParameter(f"configs[{i}].{err.name}", err.value, err.valid) \
+                    from err
+        return runs
     except InvalidParameter as err:
         raise SweepFileError(f"{path}: {err}") from err
 

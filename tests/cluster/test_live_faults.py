@@ -10,8 +10,11 @@ tests/realcluster/test_live.py.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
+import re
+import socket
 import threading
 import time
 
@@ -78,6 +81,69 @@ def test_a_stalled_server_ends_within_the_read_timeout(fake, monkeypatch):
     assert code == 1
     assert f"the API server {fake.url} did not answer GET /apis/resource.k8s.io/v1/" \
            "deviceclasses within 0.5 s" in line
+
+
+@contextlib.contextmanager
+def _stalling_server(trickle: bool):
+    """A real TCP server that takes every connection and then never answers (``trickle``
+    False), or sends an HTTP head and then one byte of body every 0.1 s forever, which no
+    socket timeout ever ends (each byte restarts it)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def feed(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100000\r\n\r\n")
+            while not stop.wait(0.1):
+                conn.sendall(b" ")
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                held.append(conn)
+                if trickle:
+                    threading.Thread(target=feed, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        listener.close()
+        for conn in held:
+            conn.close()
+
+
+@pytest.mark.parametrize("trickle", [False, True], ids=["silent", "trickling"])
+def test_one_deadline_holds_for_a_server_that_never_answers(tmp_path, monkeypatch, trickle):
+    """Issue 37, 12: "did not answer ... within 30 s" came after 151 s (``/version`` had no
+    timeout, and a read timeout restarts at each byte). Now the whole GET has the deadline,
+    and a wait past a few seconds is told on stderr."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr(live, "READ_TIMEOUT_S", 1.5)
+    monkeypatch.setattr(live, "PROGRESS_AFTER_S", 0.5)
+    with _stalling_server(trickle) as url:
+        path = tmp_path / "kubeconfig"
+        path.write_text(yaml.safe_dump(kubeconfig(url, TOKEN)))
+        import kubernetes.client  # noqa: F401 (its import is not the server's time)
+
+        start = time.monotonic()
+        res = CliRunner().invoke(main, ["preflight", "--kubeconfig", str(path)])
+        elapsed = time.monotonic() - start
+    assert elapsed < 1.5 + 1.0, elapsed  # the deadline and a little slack, not a timeout's
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert res.stdout == ""
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: the API server {url} did not answer GET /version within 1.5 s"]
+    waits = [line for line in res.stderr.splitlines() if line.startswith("waiting for ")]
+    assert 1 <= len(waits) <= 2, res.stderr  # at 0.5 and 1.0 s
+    for line in waits:
+        assert re.fullmatch(rf"waiting for the API server {re.escape(url)}: GET /version, "
+                            r"[01] s of 1\.5 s", line), line
 
 
 @pytest.mark.parametrize("fault, words", [

@@ -97,6 +97,24 @@ def test_each_documented_error_gives_its_exit_code():
         assert (failure.exit_code, failure.reason) == (code, "why"), name
 
 
+def test_an_error_of_another_draslice_module_gives_its_code_and_message_alone():
+    """Errors defined beside their code (a snapshot's, the cluster's) are DrasliceErrors too:
+    a task that ends with one is bad input (2) or a cluster that cannot be read (1), in its
+    own words, not a bug named by its class."""
+    for qualified, code in [("draslice.cluster.snapshot.SnapshotError", 2),
+                            ("draslice.cluster.live.ClusterAccessError", 1),
+                            ("draslice.cluster.preflight.PreflightFailed", 1)]:
+        failure = failure_of("preflight", ["Traceback (most recent call last):", "  File ...",
+                                           f"{qualified}: dump.yaml: line 2: not valid YAML"])
+        assert (failure.exit_code, failure.reason) == (code, "dump.yaml: line 2: not valid "
+                                                             "YAML"), qualified
+    # a class of that name elsewhere, or a draslice name that is no error, is a bug's
+    for qualified in ("otherpkg.SnapshotError", "draslice.cluster.snapshot.Snapshot",
+                      "draslice.nosuchmodule.SnapshotError"):
+        failure = failure_of("t", ["Traceback (most recent call last):", f"{qualified}: x"])
+        assert (failure.exit_code, failure.reason) == (1, f"{qualified}: x"), qualified
+
+
 def test_a_task_without_a_traceback_gives_its_last_words():
     assert failure_of("t", ["hello", "killed by signal 9", ""]).reason == "killed by signal 9"
 

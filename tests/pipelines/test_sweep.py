@@ -73,6 +73,10 @@ def test_a_json_file_is_read(tmp_path):
     ("- {learning_rate: -1}\n", "invalid configs[0].learning_rate=-1: must be > 0"),
     ("- {lora_r: 4}\n- [1]\n", "run 1 is a list"),
     ("nope: [\n", "not valid YAML or JSON"),
+    ("- {lora_r: 4}\n- {lora_targets: ln_1}\n",
+     "invalid configs[1].lora_targets='ln_1': 'ln_1' names a LayerNorm"),
+    ("- {lora_targets: bogus}\n", "invalid configs[0].lora_targets='bogus': ['bogus'] not in "
+                                  "the model"),
 ])
 def test_run_sweep_refuses_a_bad_file_with_one_line_and_exit_2(tmp_path, text, message):
     path = tmp_path / "runs.yaml"

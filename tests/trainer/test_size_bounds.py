@@ -47,6 +47,21 @@ def test_a_target_the_model_lacks_is_refused_before_the_load(tiny_llama, demo_da
                     "'q_proj'")
 
 
+@pytest.mark.parametrize(("targets", "words"), [
+    ("ln_1", "'ln_1' names a LayerNorm, not a layer LoRA can wrap"),
+    ("c_attn,attn", "'attn' names a GPT2Attention, not a layer LoRA can wrap"),
+])
+def test_a_target_lora_cannot_wrap_is_refused_before_the_model_is_built(tmp_path, targets,
+                                                                        words):
+    """A LayerNorm's or a block's name is in the model, but peft refuses it only when it
+    wraps the model (a ValueError traceback, after the model was built)."""
+    result = CliRunner().invoke(main, ["train", "--output-dir", str(tmp_path / "out"),
+                                       "--device", "cpu", "--lora-targets", targets])
+    _one_error_line(result, f"invalid lora_targets={targets!r}: {words}",
+                    "projections are ['c_attn', 'c_fc', 'c_proj']")
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_synthetic_rank_is_bounded_by_its_width(tmp_path):
     result = CliRunner().invoke(main, ["train", "--output-dir", str(tmp_path / "out"),
                                        "--device", "cpu", "--lora-r", "300"])
