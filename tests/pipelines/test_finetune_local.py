@@ -9,7 +9,6 @@ from kfp import local
 
 from draslice.pipelines import kfp_local_fixes
 from draslice.pipelines.finetune import pipeline as finetune
-from draslice.pipelines.finetune_artifact import pipeline as finetune_artifact
 from tests.scratch import save_preset, write_demo_data
 
 # The whole pipeline: five tasks, each a fresh Python process importing torch (~25 s).
@@ -50,7 +49,7 @@ def test_finetune_artifact_pipeline_imports_the_base_model_and_validates(tmp_pat
     kfp_local_fixes.install()
     local.init(runner=local.SubprocessRunner(use_venv=False),
                pipeline_root=str(tmp_path / "runs"), raise_on_error=True)
-    finetune_artifact.build()(
+    finetune.build(model="artifact")(
         base_model_uri=str(model), data=str(data), checkpoint_dir=str(volume / "checkpoints"),
         max_length=64, steps=12, batch_size=8, learning_rate=3e-3, bf16_weights=False,
         checkpoint_every=0, eval_fraction=0.0, min_loss_drop=0.02, device="cpu",
