@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from draslice.errors import InvalidParameter
-from draslice.pipelines.sweep.plan import SweepFileError, load_runs, plan_runs
+from draslice.sweep.plan import SweepFileError, load_runs, plan_runs
 
 PRESET = "demo"
 
