@@ -21,6 +21,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool, json_format, messag
 from kfp.kubernetes import kubernetes_executor_config_pb2 as released
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from draslice.cluster.names import NATIVE_FIELD
+
 _PACKAGE = "draslice.upstream"
 # The message that upstream's other ``*_json`` fields (toleration_json, node_selector_json) use.
 _INPUT_PARAMETER_SPEC = f".{pipeline_spec_pb2.DESCRIPTOR.package}.TaskInputsSpec.InputParameterSpec"
@@ -52,7 +54,7 @@ def executor_config_class(with_pod_resource_claims: bool) -> type:
     )
     config = next(m for m in source.message_type if m.name == "KubernetesExecutorConfig")
     config.field.add(
-        name="pod_resource_claims", number=20, json_name="podResourceClaims",
+        name="pod_resource_claims", number=20, json_name=NATIVE_FIELD,
         type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
         type_name=f".{_PACKAGE}.PodResourceClaim",
         label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
