@@ -1,4 +1,6 @@
-"""Strict parsing of compiled pipelines, including native mode's upstream field.
+"""Strict parsing of compiled pipelines, including native mode's upstream field: how the tests
+check that compiled/ holds only what KFP's protos (released, or upstream's for native mode)
+accept. Nothing in the package needs it, so it lives with the tests.
 
 The released ``KubernetesExecutorConfig`` proto (kfp-kubernetes 2.17) has no
 ``pod_resource_claims``. Upstream (kubeflow/pipelines#14243) adds
