@@ -124,7 +124,7 @@ def local_session(run_dir: Path, steps: int, verbose: bool = False,
     shares this, so ``run`` and ``run --sweep`` print alike); its temp folders live inside
     the run folder and are removed at the end."""
     kfp_local_fixes.install()
-    with (run_dir / run_console.LOG_FILE).open("w") as log, _own_tmpdir(run_dir):
+    with (run_dir / run_console.LOG_FILE).open("w") as log, own_tmpdir(run_dir):
         output = run_console.RunOutput(log, console or sys.stdout, run_dir, steps,
                                        verbose=verbose, bar=bar)
         with run_console.captured(output):
@@ -134,7 +134,7 @@ def local_session(run_dir: Path, steps: int, verbose: bool = False,
 
 
 @contextlib.contextmanager
-def _own_tmpdir(run_dir: Path) -> Iterator[None]:
+def own_tmpdir(run_dir: Path) -> Iterator[None]:
     """Give the tasks a ``TMPDIR`` of their own (kfp.local leaves each task's
     ``ephemeral_component.py`` folder behind) and remove it afterwards. torch's compile cache
     defaults to a folder under ``TMPDIR``: it is pinned to where it would have been, so runs
