@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from draslice.pipelines.local_run import own_tmpdir
+from draslice.local.run import own_tmpdir
 
 
 def test_the_tasks_temp_folders_live_in_the_run_and_go_with_it(tmp_path, monkeypatch):
