@@ -29,9 +29,9 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.torch
 
 setup: $(VENV)/.installed allocator
 
-# Preflight's DRA allocator (cluster/allocator, Go): one binary per Kubernetes minor 1.34-1.37,
-# built into ~/.cache/draslice/allocator (keyed by release, go.sum and sources), so it is a
-# no-op once built; needs Go 1.26+ (docs/preflight.md).
+# Preflight's DRA allocator (cluster/allocator, Go): one binary per Kubernetes minor release of
+# cluster/allocator/releases.txt, built into ~/.cache/draslice/allocator (keyed by release,
+# go.sum and sources), so it is a no-op once built; needs Go 1.26+ (docs/preflight.md).
 allocator: $(VENV)/.installed
 	$(PY) -m draslice.cluster.allocator build
 

@@ -30,7 +30,11 @@ WHEEL_TAGS = {
     "linux-arm64": "manylinux2014_aarch64",
     "darwin-arm64": "macosx_11_0_arm64",
 }
-RELEASES = ("1.34", "1.35", "1.36", "1.37")
+# The allocator's supported releases: the file cluster/allocator/__init__.py reads (this hook
+# runs before the package can be imported); one a line, a line starting with "#" is a comment.
+RELEASES = tuple(line.strip() for line in
+                 (ROOT / "cluster" / "allocator" / "releases.txt").read_text().splitlines()
+                 if line.strip() and not line.startswith("#"))
 
 
 def _platform() -> str | None:

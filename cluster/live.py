@@ -199,12 +199,13 @@ def api_client(kubeconfig: str | None = None, context: str | None = None):
 
 def _who(api) -> str:
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        ns = _pod_namespace() or "?"
+        ns = pod_namespace() or "?"
         return f"this pod's service account (namespace {ns})"
     return "your kubeconfig identity"
 
 
-def _pod_namespace() -> str | None:
+def pod_namespace() -> str | None:
+    """This pod's namespace (its service account's), or None outside a pod."""
     try:
         with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
             return f.read().strip()

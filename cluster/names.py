@@ -13,6 +13,9 @@ from draslice.errors import InvalidParameter
 # The pod label that names a GPU task's claim template in ``policy`` mode: set by
 # pipelines/claim.py, read by the admission policy (cluster/manifests/admission.py).
 CLAIM_LABEL = "draslice.dev/claim-template"
+# The executor platform spec's field of native claim mode (kubeflow/pipelines#14243): written by
+# pipelines/claim.py, looked for by kfp_ops in a package and in a server's refusal.
+NATIVE_FIELD = "podResourceClaims"
 # KFP runs a task's user code in the executor pod's container of this name.
 MAIN_CONTAINER = "main"
 

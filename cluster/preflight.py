@@ -172,11 +172,11 @@ def run_preflight(
     if source == "none" or (source == "auto" and not in_cluster()):
         return _local_check(claim_template)
     if source == "auto":
-        from draslice.cluster.live import _pod_namespace
+        from draslice.cluster.live import pod_namespace
 
-        snapshot = read_snapshot("live", namespace or _pod_namespace(),
+        snapshot = read_snapshot("live", namespace or pod_namespace(),
                                  progress=lambda line: print(line, flush=True))
-        namespace = namespace or _pod_namespace() or ""
+        namespace = namespace or pod_namespace() or ""
     else:
         if not Path(source).is_file():
             raise InvalidParameter(

@@ -21,10 +21,10 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from urllib.parse import quote, quote_plus, urlsplit
 
+from draslice.cluster.names import NATIVE_FIELD
 from draslice.errors import DrasliceError
 from draslice.kfp_ops.answers import NoAnswerInTime, NotKfpAnswer
 
-NATIVE_FIELD = "podResourceClaims"
 MAX_SERVER_TEXT = 400  # characters of a server's message on the one error line
 SNIPPET_CHARS = 80  # characters of a body that is not the KFP API's answer
 MAX_DETAIL = 100_000  # characters of a server's answer that --verbose prints

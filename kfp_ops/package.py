@@ -18,8 +18,9 @@ from typing import Any
 import yaml
 
 from draslice import __version__
+from draslice.cluster.names import NATIVE_FIELD
 from draslice.errors import InvalidParameter
-from draslice.kfp_ops.errors import NATIVE_FIELD, shorten
+from draslice.kfp_ops.errors import shorten
 
 DEFAULT_COMPILED_DIR = "compiled"
 DIGEST_CHARS = 12

@@ -21,14 +21,13 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from draslice.cluster.manifests.kueue import QUEUE_LABEL, check_queue_name
-from draslice.cluster.names import CLAIM_LABEL, validate_template_name
+from draslice.cluster.names import CLAIM_LABEL, NATIVE_FIELD, validate_template_name
 from draslice.errors import InvalidParameter
 
 if TYPE_CHECKING:  # kfp is imported where a claim is bound, not for ClaimMode
     from kfp.dsl import PipelineTask
 
 __all__ = ["CLAIM_LABEL", "NATIVE_FIELD", "QUEUE_LABEL", "ClaimMode", "bind_claim"]
-NATIVE_FIELD = "podResourceClaims"
 
 
 class ClaimMode(StrEnum):

@@ -6,12 +6,12 @@ file is stale.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import ModuleType
 
 from draslice.cluster.names import (
     validate_dns_label,
@@ -26,20 +26,23 @@ from draslice.trainer.presets import DEMO, FINETUNE, Preset
 from draslice.trainer.presets import PRESETS as KNOB_PRESETS
 
 
-class _PipelineModules(Mapping[str, ModuleType]):
-    """kind -> its pipeline module, imported on first use: the catalogue below (and the
-    ``--help`` of compile, upload, submit and schedule, which list it) needs no kfp. A module
-    whose ``KIND`` differs from its key fails here, on first use."""
+class Builders(Mapping[str, Callable[..., Callable]]):
+    """kind -> the ``build`` of its pipeline module with that kind's choices, imported on first
+    use: the catalogue below (and the ``--help`` of compile, upload, submit and schedule, which
+    list it) needs no kfp. A module builds one kind (``KIND``) or several (``KINDS``: each
+    kind's keyword choices to ``build``); a kind its module does not build fails here, on
+    first use."""
 
     def __init__(self, folders: dict[str, str]) -> None:
         self._folders = folders
 
-    def __getitem__(self, kind: str) -> ModuleType:
+    def __getitem__(self, kind: str) -> Callable[..., Callable]:
         module = importlib.import_module(f"draslice.pipelines.{self._folders[kind]}.pipeline")
-        if kind != module.KIND:
-            raise RuntimeError(f"{module.__name__}.KIND is {module.KIND!r}, listed as {kind!r} "
-                               "in draslice.pipelines.variants.PIPELINES")
-        return module
+        kinds = getattr(module, "KINDS", None) or {module.KIND: {}}
+        if kind not in kinds:
+            raise RuntimeError(f"{module.__name__} builds {', '.join(kinds)}, not {kind!r} as "
+                               "listed in draslice.pipelines.variants.PIPELINES")
+        return functools.partial(module.build, **kinds[kind])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._folders)
@@ -49,10 +52,12 @@ class _PipelineModules(Mapping[str, ModuleType]):
 
 
 TEMPLATES = ("mig-1g-6gb", "shared-gpu-timeslice")
-# Each pipeline's module (pipelines/<folder>/pipeline.py) by its kind: the compiled file's stem.
-PIPELINES = _PipelineModules({"sft": "demo", "canary": "canary", "finetune": "finetune",
-                              "finetune-artifact": "finetune_artifact", "sweep": "sweep",
-                              "finetune-trainjob": "finetune_trainjob"})
+# Each pipeline's builder (pipelines/<folder>/pipeline.py) by its kind: the compiled file's stem.
+# One builder makes the three finetune kinds (model from the volume or an artifact, run as a
+# task or as a TrainJob).
+PIPELINES = Builders({"sft": "demo", "canary": "canary", "finetune": "finetune",
+                       "finetune-artifact": "finetune", "sweep": "sweep",
+                       "finetune-trainjob": "finetune"})
 VOLUME_KINDS = ("finetune", "finetune-artifact", "sweep", "finetune-trainjob")  # mount a PVC
 # Kinds whose GPU pods are a TrainJob's (claims from its runtime): no claim mode in the name.
 TRAINJOB_KINDS = ("finetune-trainjob",)
@@ -109,12 +114,12 @@ class Variant:
         return f"{self.kind}.{self.mode.value}.{self.template}.yaml"
 
     def build(self) -> Callable:
-        module = PIPELINES[self.kind]
+        build = PIPELINES[self.kind]
         if self.kind in VOLUME_KINDS:
             volume = {k: v for k, v in (("pvc_name", self.pvc_name),
                                         ("mount_path", self.mount_path)) if v is not None}
-            return module.build(self.template, self.mode, self.kueue_queue, **volume)
-        return module.build(self.template, self.mode, self.kueue_queue)
+            return build(self.template, self.mode, self.kueue_queue, **volume)
+        return build(self.template, self.mode, self.kueue_queue)
 
 
 VARIANTS = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
 
 from tests.conftest import REPO
@@ -61,15 +62,26 @@ def test_the_image_runs_the_fast_kernels():
     assert "[qlora,speed]" in DOCKERFILE
 
 
+def _build_loop_modfiles() -> dict[str, str]:
+    """The release -> module file pairs the allocator stage's loop builds, found by running its
+    shell up to the ``go build`` (with ``echo`` instead) on cluster/allocator/releases.txt,
+    which the stage copies in."""
+    start = DOCKERFILE.index("RUN releases=")
+    loop = DOCKERFILE[start + len("RUN "):DOCKERFILE.index("CGO_ENABLED=0", start)]
+    script = loop.replace("\\\n", "\n") + 'echo "$v $modfile"; done'
+    out = subprocess.run(["sh", "-ec", script], cwd=REPO / "cluster" / "allocator",
+                         capture_output=True, text=True, check=True).stdout
+    return dict(line.split() for line in out.splitlines())
+
+
 def test_the_image_carries_the_allocator_built_from_source():
     """A Go build stage compiles the DRA allocator for every supported release, the wheel is
     built for the image's platform with those binaries, and each one runs before the image is
     done."""
-    from draslice.cluster.allocator import SUPPORTED
+    from draslice.cluster.allocator import MODFILES, SUPPORTED
 
     assert "AS allocator" in DOCKERFILE and "CGO_ENABLED=0" in DOCKERFILE
-    loop = next(i for i in INSTRUCTIONS if i.startswith("RUN for v in"))
-    assert loop.split("for v in ")[1].split(";")[0].split() == list(SUPPORTED)
+    assert _build_loop_modfiles() == {v: MODFILES[v] for v in SUPPORTED}
     assert "COPY --from=allocator /out/ build/allocator/" in DOCKERFILE
     assert "DRASLICE_WHEEL_PLATFORM=linux-${TARGETARCH}" in DOCKERFILE
     assert '"$b" --version' in DOCKERFILE

@@ -34,7 +34,8 @@ def test_wheel_carries_every_package_and_no_tests(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     # the pure wheel: the allocator's Go sources (built on first use where Go is), no binary
     for needed in ("draslice/cluster/allocator/__init__.py", "draslice/cluster/allocator/main.go",
-                   "draslice/cluster/allocator/go.mod", "draslice/cluster/allocator/go.1.34.sum"):
+                   "draslice/cluster/allocator/go.mod", "draslice/cluster/allocator/go.1.34.sum",
+                   "draslice/cluster/allocator/releases.txt"):
         assert needed in names, needed
     assert not any("/allocator/bin/" in n for n in names)
     assert wheel.name.endswith("-py3-none-any.whl")

@@ -7,6 +7,7 @@ import sys
 import click
 
 from draslice.cli.error_output import JsonErrorCommand
+from draslice.cluster.allocator import NEWEST, SUPPORTED
 from draslice.errors import InvalidParameter
 
 
@@ -43,9 +44,10 @@ class _PreflightCommand(JsonErrorCommand):
 @click.option("--on-missing-dra", type=click.Choice(["skip", "fail"]), default="skip",
               show_default=True,
               help="No DRA GPU at all in the cluster: exit 77 (skip) or 1 (fail).")
-@click.option("--kubernetes-version", metavar="1.34|1.35|1.36|1.37",
+@click.option("--kubernetes-version", metavar="|".join(SUPPORTED),
               help="Decide with the DRA allocator of this Kubernetes release (default: the "
-                   "live cluster's own version, clamped to 1.34-1.37; for a snapshot, 1.37).")
+                   f"live cluster's own version, clamped to {SUPPORTED[0]}-{NEWEST}; for a "
+                   f"snapshot, {NEWEST}).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report as JSON (docs/preflight.md); errors too, as "
                    "{\"decision\": \"error\", ...}.")

@@ -58,10 +58,10 @@ def run(**opts) -> None:
       draslice run --sweep runs.yaml         # one fine-tune per run, then compare them
     """
     params = _checked_params(opts)  # before kfp loads: bad input fails in a fraction of a second
-    from draslice.pipelines.local_run import new_run_dir, run_pipeline
+    from draslice.local.run import new_run_dir, run_pipeline
 
     if opts["sweep"]:
-        from draslice.pipelines.sweep.local import run_command
+        from draslice.local.sweep import run_command
 
         run_command(opts["sweep"], params, opts["runs_dir"], opts["template"], opts["verbose"])
     run_dir = new_run_dir(opts["runs_dir"])

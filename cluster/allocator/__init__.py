@@ -33,11 +33,22 @@ from pathlib import Path
 from draslice.errors import DrasliceError
 
 HERE = Path(__file__).resolve().parent
-# Kubernetes minor release -> the module file that pins its k8s.io/dynamic-resource-allocation.
-MODFILES = {"1.34": "go.1.34.mod", "1.35": "go.1.35.mod", "1.36": "go.1.36.mod",
-            "1.37": "go.mod"}
-SUPPORTED = tuple(MODFILES)
+# The supported minor releases, oldest first: the one list (setup.py and trainer/Dockerfile
+# read the same file).
+RELEASES_FILE = HERE / "releases.txt"
+
+
+def read_releases(path: Path = RELEASES_FILE) -> tuple[str, ...]:
+    """The releases listed in ``path``: one a line; a line that starts with ``#`` is a comment."""
+    return tuple(line.strip() for line in path.read_text().splitlines()
+                 if line.strip() and not line.startswith("#"))
+
+
+SUPPORTED = read_releases()
 NEWEST = SUPPORTED[-1]
+# Kubernetes minor release -> the module file that pins its k8s.io/dynamic-resource-allocation:
+# go.mod for the newest, go.<release>.mod for the others.
+MODFILES = {v: "go.mod" if v == NEWEST else f"go.{v}.mod" for v in SUPPORTED}
 # Wheel platforms `make dist` builds: Go's GOOS-GOARCH.
 PLATFORMS = ("linux-amd64", "linux-arm64", "darwin-arm64")
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}

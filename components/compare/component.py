@@ -43,7 +43,7 @@ def compare(
     import shutil
     from collections import namedtuple
 
-    from draslice.pipelines.sweep import compare as cmp
+    from draslice.sweep import compare as cmp
 
     runs = cmp.read_runs(configs, [a.path for a in adapters], [t.path for t in train_logs],
                          passed, verdicts)

@@ -22,7 +22,7 @@ def sweep_plan(configs: list, preset: str) -> list:
     Returns:
         The completed runs, in order.
     """
-    from draslice.pipelines.sweep.plan import plan_runs
+    from draslice.sweep.plan import plan_runs
 
     runs = plan_runs(configs, preset)
     for run, given in zip(runs, configs, strict=True):

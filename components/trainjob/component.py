@@ -91,7 +91,7 @@ def trainjob(
 
     from kubernetes import client
 
-    from draslice.cluster.live import _pod_namespace, api_client
+    from draslice.cluster.live import api_client, pod_namespace
     from draslice.components.trainjob.launch import RUNS_DIR, job_name, launch
 
     def under_mount(path: str) -> str:
@@ -104,7 +104,7 @@ def trainjob(
                  checkpoint_dir=(os.path.join(under_mount(checkpoint_dir), name)
                                  if checkpoint_dir else ""))
     out_dir = os.path.join(mount_path, RUNS_DIR, name)
-    ns = namespace or _pod_namespace() or "default"
+    ns = namespace or pod_namespace() or "default"
     api = client.CustomObjectsApi(api_client())
     job = launch(api, claim_template, ns, run_id, knobs, num_nodes, num_proc_per_node or None,
                  (pvc_name, mount_path), timeout_minutes * 60.0, output_dir=out_dir,

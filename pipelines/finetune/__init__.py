@@ -1,4 +1,5 @@
-"""The finetune pipeline: see pipeline.py."""
+"""The finetune pipelines (model from the volume or a Model artifact, run as a task or as a
+TrainJob): see pipeline.py."""
 
 from draslice.pipelines.finetune import pipeline
 

@@ -1,6 +1,5 @@
-"""The sweep pipeline (pipeline.py) and what its components run in their pods: the plan of its
-runs (plan.py) and their comparison (compare.py).
+"""The sweep pipeline (pipeline.py). The plan of its runs and their comparison, which its tasks
+run in their pods, are ``draslice.sweep``; ``draslice run --sweep`` is ``draslice.local.sweep``.
 
-Nothing is imported here: the components import plan and compare inside a task pod, where
-kfp.dsl is the runtime subset and the pipeline module cannot be loaded.
+Nothing is imported here: importing the pipeline needs kfp.
 """

@@ -33,6 +33,26 @@ def test_asked_version_wins_and_snapshot_default_is_newest():
         allocator.check_version("1.33")
 
 
+def test_each_listed_release_has_its_go_file_build_tag_and_module_file():
+    """releases.txt is the one list: a release added there without its Go side fails here,
+    before any build."""
+    assert list(allocator.SUPPORTED) == sorted(allocator.SUPPORTED,
+                                               key=lambda v: tuple(map(int, v.split("."))))
+    tags = {v: "k8s" + v.replace(".", "") for v in allocator.SUPPORTED}
+    older = " || ".join(tags[v] for v in allocator.SUPPORTED if v != allocator.NEWEST)
+    for version in allocator.SUPPORTED:
+        # the newest also builds without any tag (go build, go vet, an editor)
+        constraint = (f"{tags[version]} || !({older})" if version == allocator.NEWEST
+                      else tags[version])
+        source = (allocator.HERE / f"release_{tags[version][3:]}.go").read_text()
+        assert source.startswith(f"//go:build {constraint}\n"), version
+        assert f'const release = "{version}"' in source, version
+        assert (allocator.HERE / allocator.MODFILES[version]).is_file(), version
+    assert allocator.MODFILES[allocator.NEWEST] == "go.mod"
+    assert sorted(p.name for p in allocator.HERE.glob("release_*.go")) == sorted(
+        f"release_{v.replace('.', '')}.go" for v in allocator.SUPPORTED)
+
+
 def test_each_release_reports_its_module_and_features():
     for version in allocator.SUPPORTED:
         answer = allocator.run({"checks": ["true"]}, version)

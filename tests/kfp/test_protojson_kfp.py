@@ -5,7 +5,7 @@ KFP's compiler reads each executor's Kubernetes config with Go's ``protojson.Unm
 (docs/kfp.md), so ``protojsoncheck/`` links google.golang.org/protobuf v1.36.12 (the release
 KFP's go.mod pins) and builds the message from a descriptor set: the released kfp-kubernetes
 2.17.3 one (what a 2.17 backend compiles with), or that one plus upstream's field 20
-(kubeflow/pipelines#14243, ``pipelines/platform_spec.py``). Marker ``kfp``: ``make test-kfp``.
+(kubeflow/pipelines#14243, ``tests/platform_spec.py``). Marker ``kfp``: ``make test-kfp``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import pytest
 from google.protobuf import descriptor_pb2
 from kfp.kubernetes import kubernetes_executor_config_pb2 as released
 
-from draslice.pipelines import platform_spec
 from draslice.pipelines.claim import ClaimMode
 from draslice.pipelines.variants import GPU_EXECUTORS, VARIANTS
+from tests import platform_spec
 from tests.conftest import REPO
 from tests.kfpserver import kfp_strict
 

@@ -6,9 +6,9 @@ import pytest
 import yaml
 from google.protobuf import json_format
 
-from draslice.pipelines import platform_spec
 from draslice.pipelines.claim import CLAIM_LABEL, ClaimMode
 from draslice.pipelines.variants import GPU_EXECUTORS, VARIANTS, compile_all
+from tests import platform_spec
 from tests.conftest import REPO
 
 COMPILED = REPO / "compiled"

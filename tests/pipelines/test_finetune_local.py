@@ -7,9 +7,8 @@ import json
 import pytest
 from kfp import local
 
-from draslice.pipelines import kfp_local_fixes
+from draslice.local import kfp_fixes
 from draslice.pipelines.finetune import pipeline as finetune
-from draslice.pipelines.finetune_artifact import pipeline as finetune_artifact
 from tests.scratch import save_preset, write_demo_data
 
 # The whole pipeline: five tasks, each a fresh Python process importing torch (~25 s).
@@ -21,7 +20,7 @@ def test_finetune_pipeline_passes_with_checkpoints_and_merged_model(tmp_path, mo
     volume = tmp_path / "volume"  # what the PVC holds; kfp.local ignores the mount itself
     model = save_preset("tiny-llama", volume / "models" / "tiny-llama")
     data = write_demo_data(volume / "data" / "chat.jsonl", "chat", 128)
-    kfp_local_fixes.install()
+    kfp_fixes.install()
     local.init(runner=local.SubprocessRunner(use_venv=False),
                pipeline_root=str(tmp_path / "runs"), raise_on_error=True)
     finetune.build()(
@@ -47,10 +46,10 @@ def test_finetune_artifact_pipeline_imports_the_base_model_and_validates(tmp_pat
     model = save_preset("tiny-llama", tmp_path / "bucket" / "models" / "tiny-llama")
     volume = tmp_path / "volume"
     data = write_demo_data(volume / "data" / "chat.jsonl", "chat", 128)
-    kfp_local_fixes.install()
+    kfp_fixes.install()
     local.init(runner=local.SubprocessRunner(use_venv=False),
                pipeline_root=str(tmp_path / "runs"), raise_on_error=True)
-    finetune_artifact.build()(
+    finetune.build(model="artifact")(
         base_model_uri=str(model), data=str(data), checkpoint_dir=str(volume / "checkpoints"),
         max_length=64, steps=12, batch_size=8, learning_rate=3e-3, bf16_weights=False,
         checkpoint_every=0, eval_fraction=0.0, min_loss_drop=0.02, device="cpu",

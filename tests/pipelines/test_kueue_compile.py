@@ -7,9 +7,9 @@ from click.testing import CliRunner
 from google.protobuf import json_format
 
 from draslice.cli import main
-from draslice.pipelines import platform_spec
 from draslice.pipelines.claim import CLAIM_LABEL, NATIVE_FIELD, QUEUE_LABEL, bind_claim
 from draslice.pipelines.variants import GPU_EXECUTORS, VARIANTS
+from tests import platform_spec
 from tests.conftest import REPO
 from tests.pipelines.test_claim import _task
 

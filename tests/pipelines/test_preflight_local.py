@@ -54,12 +54,12 @@ def test_snapshot_that_can_serve_the_template_runs_the_gpu_steps(tmp_path):
     from kfp import local
 
     from draslice.cluster.templates import mig_claim_template
-    from draslice.pipelines import kfp_local_fixes
+    from draslice.local import kfp_fixes
     from draslice.pipelines.canary import pipeline as canary
 
     dump = write_snapshot(tmp_path / "dump.yaml", [
         rslice("node-a", [mig("gpu-0-mig-0")]), mig_claim_template("1g.10gb", namespace="ml")])
-    kfp_local_fixes.install()
+    kfp_fixes.install()
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "r"),
                raise_on_error=True)
     canary.build("mig-1g-10gb")(preflight_source=str(dump), device="cpu")

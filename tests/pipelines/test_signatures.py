@@ -80,7 +80,7 @@ def test_the_component_refuses_an_out_of_range_knob_before_any_work(tmp_path):
 @pytest.mark.parametrize("kind", sorted(PIPELINES))
 def test_pipeline_parameters_are_its_presets_knobs_with_the_presets_values(kind):
     exposed, default_of = EXPECTED[kind]
-    inputs = PIPELINES[kind].build().component_spec.inputs
+    inputs = PIPELINES[kind]().component_spec.inputs
     knobs = {name for name in inputs if name in KNOBS}
     assert knobs == exposed
     assert set(inputs) - knobs <= PIPELINE_OWN
@@ -101,7 +101,7 @@ def _tasks(spec: dict) -> dict:
 
 @pytest.mark.parametrize("kind", sorted(set(PIPELINES) - {"canary"}))
 def test_each_knob_parameter_reaches_the_task_input_of_the_same_name(kind):
-    pipeline = PIPELINES[kind].build()
+    pipeline = PIPELINES[kind]()
     tasks = _tasks(json_format.MessageToDict(pipeline.pipeline_spec))
     wired = {}
     for task in ("finetune", "validate", "trainjob"):

@@ -12,8 +12,8 @@ from draslice.cli import main
 from draslice.errors import InvalidParameter
 from draslice.pipelines.claim import CLAIM_LABEL, NATIVE_FIELD, ClaimMode
 from draslice.pipelines.sweep import pipeline as sweep
-from draslice.pipelines.sweep.compare import Run, best_run, render_markdown, varied_knobs
-from draslice.pipelines.sweep.plan import SweepFileError, load_runs, plan_runs
+from draslice.sweep.compare import Run, best_run, render_markdown, varied_knobs
+from draslice.sweep.plan import SweepFileError, load_runs, plan_runs
 from draslice.trainer.config import FINETUNE_KNOBS, KNOBS, VERDICT_KNOBS
 from draslice.trainer.presets import FINETUNE
 

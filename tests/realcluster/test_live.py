@@ -160,7 +160,7 @@ def test_pipeline_preflight_in_a_pod_reads_the_cluster(h100, monkeypatch, tmp_pa
 
     _, kubeconfig = h100.cp.as_service_account(NAMESPACE, "pipeline-runner")
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
-    monkeypatch.setattr(live, "_pod_namespace", lambda: NAMESPACE)
+    monkeypatch.setattr(live, "pod_namespace", lambda: NAMESPACE)
     real = live.api_client
     monkeypatch.setattr(live, "api_client", lambda *a: real(str(kubeconfig)))
     report = dsl.Markdown(name="report", uri=str(tmp_path / "report"), metadata={})

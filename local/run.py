@@ -5,7 +5,7 @@ nothing is installed), and every artifact lands under one run folder. kfp-kubern
 the claim among them, are ignored locally: the tasks use this machine's CPU or GPU.
 
 The run folder holds, besides kfp.local's task folders, ``kfp-local.log`` (everything kfp.local
-and the tasks printed; ``run_console.py`` decides what the console shows) and ``report.html``
+and the tasks printed; ``run_console.py`` here decides what the console shows) and ``report.html``
 (validate's report). kfp.local writes each task's program into a ``mktemp -d`` folder it
 never removes: the tasks get a ``TMPDIR`` of their own, removed when the run ends.
 """
@@ -27,7 +27,7 @@ from typing import TextIO
 
 from kfp import local
 
-from draslice.pipelines import kfp_local_fixes, run_console
+from draslice.local import kfp_fixes, run_console
 from draslice.pipelines.claim import ClaimMode
 from draslice.pipelines.demo import pipeline as demo
 from draslice.pipelines.steps import DEFAULT_TEMPLATE
@@ -123,8 +123,8 @@ def local_session(run_dir: Path, steps: int, verbose: bool = False,
     ``kfp-local.log`` there and the console gets the short story (every pipeline run locally
     shares this, so ``run`` and ``run --sweep`` print alike); its temp folders live inside
     the run folder and are removed at the end."""
-    kfp_local_fixes.install()
-    with (run_dir / run_console.LOG_FILE).open("w") as log, _own_tmpdir(run_dir):
+    kfp_fixes.install()
+    with (run_dir / run_console.LOG_FILE).open("w") as log, own_tmpdir(run_dir):
         output = run_console.RunOutput(log, console or sys.stdout, run_dir, steps,
                                        verbose=verbose, bar=bar)
         with run_console.captured(output):
@@ -134,7 +134,7 @@ def local_session(run_dir: Path, steps: int, verbose: bool = False,
 
 
 @contextlib.contextmanager
-def _own_tmpdir(run_dir: Path) -> Iterator[None]:
+def own_tmpdir(run_dir: Path) -> Iterator[None]:
     """Give the tasks a ``TMPDIR`` of their own (kfp.local leaves each task's
     ``ephemeral_component.py`` folder behind) and remove it afterwards. torch's compile cache
     defaults to a folder under ``TMPDIR``: it is pinned to where it would have been, so runs

@@ -7,12 +7,12 @@ import os
 import subprocess
 from pathlib import Path
 
-from draslice.pipelines.local_run import _own_tmpdir
+from draslice.local.run import own_tmpdir
 
 
 def test_the_tasks_temp_folders_live_in_the_run_and_go_with_it(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", "/tmp")
-    with _own_tmpdir(tmp_path):
+    with own_tmpdir(tmp_path):
         # What kfp.local's command line does for each task, in a subprocess as it runs them.
         made = Path(subprocess.run(["sh", "-c", 'd=$(mktemp -d); touch "$d/ephemeral_component.py";'
                                     ' echo "$d"'], capture_output=True, text=True,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import json
 
-from draslice.pipelines.run_console import RunOutput, failure_of
+from draslice.local.run_console import RunOutput, failure_of
 
 KFP_STREAM = """\
 14:00:00.001 - INFO - Running pipeline: \x1b[95m'draslice-sft-mig-1g-6gb'\x1b[0m

@@ -1,4 +1,6 @@
-"""Strict parsing of compiled pipelines, including native mode's upstream field.
+"""Strict parsing of compiled pipelines, including native mode's upstream field: how the tests
+check that compiled/ holds only what KFP's protos (released, or upstream's for native mode)
+accept. Nothing in the package needs it, so it lives with the tests.
 
 The released ``KubernetesExecutorConfig`` proto (kfp-kubernetes 2.17) has no
 ``pod_resource_claims``. Upstream (kubeflow/pipelines#14243) adds
@@ -20,6 +22,8 @@ import yaml
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from kfp.kubernetes import kubernetes_executor_config_pb2 as released
 from kfp.pipeline_spec import pipeline_spec_pb2
+
+from draslice.cluster.names import NATIVE_FIELD
 
 _PACKAGE = "draslice.upstream"
 # The message that upstream's other ``*_json`` fields (toleration_json, node_selector_json) use.
@@ -52,7 +56,7 @@ def executor_config_class(with_pod_resource_claims: bool) -> type:
     )
     config = next(m for m in source.message_type if m.name == "KubernetesExecutorConfig")
     config.field.add(
-        name="pod_resource_claims", number=20, json_name="podResourceClaims",
+        name="pod_resource_claims", number=20, json_name=NATIVE_FIELD,
         type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
         type_name=f".{_PACKAGE}.PodResourceClaim",
         label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,

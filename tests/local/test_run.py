@@ -36,7 +36,7 @@ def test_default_run_is_short_keeps_the_grepped_lines_and_an_openable_report(tmp
     assert "executor_input" in log or "executorInput" in log  # kfp.local's stream, kept whole
     assert lines[-1].startswith("pipeline succeeded in ")
 
-    # kfp.local's per-task program folders were ours to remove (test_local_run_tmpdir.py).
+    # kfp.local's per-task program folders were ours to remove (test_run_tmpdir.py).
     assert not list(run_dir.glob(".tmp-*"))
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from draslice.errors import DrasliceError
-from draslice.pipelines.sweep.plan import NAME, typed
+from draslice.sweep.plan import NAME, typed
 
 # What the table shows of each run's result (run file), with its heading and format.
 FIGURES = (("eval_loss", "eval loss", "{:.4f}"), ("final_loss", "train loss", "{:.4f}"),

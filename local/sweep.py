@@ -2,8 +2,8 @@
 
 The file's runs start from the demo run (the built-in model and data) and the command line's
 knob options, so ``draslice run --sweep lrs.yaml --steps 20`` sweeps what the file varies at
-20 steps. Every run is checked (``plan.plan_runs``) before kfp.local starts; kfp.local runs at
-most two iterations at once whatever the pipeline's ``parallelism`` says.
+20 steps. Every run is checked (``draslice.sweep.plan.plan_runs``) before kfp.local starts;
+kfp.local runs at most two iterations at once whatever the pipeline's ``parallelism`` says.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from draslice.errors import InvalidParameter
-from draslice.pipelines.sweep.plan import SweepFileError, load_runs, plan_runs
+from draslice.sweep.plan import SweepFileError, load_runs, plan_runs
 
 PRESET = "demo"
 
@@ -53,7 +53,7 @@ def planned_runs(path: str | Path, base: dict) -> list[dict]:
 def run_sweep(run_dir: Path, runs: list[dict], template: str, preflight_source: str,
               verbose: bool = False) -> SweepRun:
     """Run the sweep pipeline locally; a failed task is reported, not raised."""
-    from draslice.pipelines.local_run import local_session, newest_output, report_html
+    from draslice.local.run import local_session, newest_output, report_html
     from draslice.pipelines.sweep import pipeline
 
     steps = max(int(run.get("steps", 0)) for run in runs)
@@ -75,7 +75,7 @@ def run_command(sweep_file: str, params: dict, runs_dir: str, template: str,
                 verbose: bool = False) -> None:
     """What ``draslice run --sweep`` does after its options are checked: plan, run, print the
     comparison, exit 0 when the best run passed, 1 otherwise."""
-    from draslice.pipelines.local_run import new_run_dir
+    from draslice.local.run import new_run_dir
     from draslice.trainer.presets import DEMO
 
     runs = planned_runs(sweep_file, {k: v for k, v in params.items() if k in DEMO.exposed})
