@@ -7,7 +7,7 @@
    fall back to kfp's own resolution. Compiled pipelines are not affected.
 2. Its subprocess runner starts a task as a plain child (``sh``, which forks the task's
    python): a runner killed with SIGKILL leaves the task running. Each task starts under
-   :mod:`~draslice.pipelines.task_guard` instead, which dies with the runner and takes the
+   :mod:`~draslice.local.task_guard` instead, which dies with the runner and takes the
    task's processes with it.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from kfp.local import subprocess_task_handler as _sth
 from kfp.local.orchestrator import enhanced_dag_orchestrator as _edo
 
-from draslice.pipelines import task_guard
+from draslice.local import task_guard
 
 _original = _edo.ConditionEvaluator._resolve_pipeline_channel
 _run_local_subprocess = _sth.run_local_subprocess

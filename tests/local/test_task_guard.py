@@ -1,7 +1,7 @@
 """A task of ``draslice run`` dies with the runner: real processes, a real SIGKILL.
 
 The runner is a Python process that starts a task under the guard, as kfp.local does through
-``kfp_local_fixes``: ``sh``, which forks its commands, and below it a process in the task's
+``local.kfp_fixes``: ``sh``, which forks its commands, and below it a process in the task's
 group and one that left it (``setsid``). Killing the runner with SIGKILL must leave none.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from draslice.pipelines import task_guard
+from draslice.local import task_guard
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="reads /proc and relies on PR_SET_PDEATHSIG")
@@ -51,7 +51,7 @@ def test_a_sigkilled_runner_takes_the_whole_task_with_it(tmp_path):
     pids_file = tmp_path / "pids"
     runner = textwrap.dedent(f"""
         import subprocess, sys
-        from draslice.pipelines import task_guard
+        from draslice.local import task_guard
         cmd = task_guard.command(["sh", "-c", {TASK.format(f=pids_file)!r}])
         print(subprocess.Popen(cmd).pid, flush=True)
         subprocess.Popen(["sleep", "60"]).wait()  # stands for kfp.local's wait
@@ -98,7 +98,7 @@ def test_a_task_killed_by_a_signal_exits_128_plus_it():
 
 def test_the_guard_refuses_a_call_without_the_runners_pid(capfd):
     assert task_guard.main(["--", "true"]) == 2
-    assert "usage: python -m draslice.pipelines.task_guard PARENT_PID" in capfd.readouterr().err
+    assert "usage: python -m draslice.local.task_guard PARENT_PID" in capfd.readouterr().err
 
 
 @pytest.mark.slow

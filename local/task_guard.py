@@ -5,7 +5,7 @@ forks that python rather than exec it. A runner killed with SIGKILL runs no clea
 task kept running until it next wrote to the closed pipe (seconds of a fine-tune on the
 device). A signal the kernel sends when a parent dies (``PR_SET_PDEATHSIG``) reaches only the
 direct child, the shell, and the shell's death does not reach its python. So the runner starts
-each task through this guard (``kfp_local_fixes``):
+each task through this guard (``local.kfp_fixes``):
 
 - the kernel sends the guard SIGTERM when the runner dies (Linux); elsewhere, and as a second
   line, the guard sees its parent change;
@@ -19,7 +19,7 @@ each task through this guard (``kfp_local_fixes``):
 The task stays in the runner's process group, so whatever ends that group (Ctrl-C in a
 terminal, a CI job's kill of its group) still reaches the task directly.
 
-Usage: ``python -m draslice.pipelines.task_guard PARENT_PID -- COMMAND...``.
+Usage: ``python -m draslice.local.task_guard PARENT_PID -- COMMAND...``.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ class Guard:
 
 def main(args: list[str]) -> int:
     if len(args) < 3 or args[1] != "--" or not args[0].isdigit():
-        print("usage: python -m draslice.pipelines.task_guard PARENT_PID -- COMMAND...",
+        print("usage: python -m draslice.local.task_guard PARENT_PID -- COMMAND...",
               file=sys.stderr)
         return 2
     parent = int(args[0])
