@@ -19,19 +19,9 @@ from pathlib import Path
 
 import torch
 
-from draslice.trainer import (
-    checkpoint,
-    distributed,
-    grad_checkpointing,
-    loglines,
-    lora_fused,
-    offload,
-    speed,
-    tiled_mlp,
-)
+from draslice.trainer import checkpoint, distributed, loglines, speed
 from draslice.trainer.config import SFTConfig
-from draslice.trainer.data import BatchSampler, successor_chains
-from draslice.trainer.examples import (
+from draslice.trainer.data.examples import (
     TokenRows,
     check_batch_size,
     from_tensor,
@@ -39,6 +29,8 @@ from draslice.trainer.examples import (
     pack,
     split,
 )
+from draslice.trainer.data.sampler import BatchSampler
+from draslice.trainer.data.synthetic import successor_chains
 from draslice.trainer.model import (
     build_base,
     check_vocab_fits,
@@ -48,6 +40,7 @@ from draslice.trainer.model import (
     resolve_targets,
     wrap_lora,
 )
+from draslice.trainer.speed import grad_checkpointing, lora_fused, offload, tiled_mlp
 
 
 @dataclass

@@ -13,7 +13,7 @@ a volume that lost unsynced data) is found by :func:`whole_problem`; :func:`late
 skips and deletes it, naming it, and resumes from the previous whole one.
 
 Resuming is refused, with the reason, when the checkpoint belongs to another run: another
-config (``IDENTITY``), other model or data *content* (``inputs.fingerprint``), or more steps
+config (``IDENTITY``), other model or data *content* (``input_checks.fingerprint``), or more steps
 than this run asks for.
 """
 
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from draslice.errors import DrasliceError, InvalidParameter
-from draslice.trainer import inputs, outputs
+from draslice.trainer import input_checks, outputs
 
 DIR = "checkpoints"  # under the output folder, unless a checkpoint folder is given
 PREFIX = "step-"
@@ -39,7 +39,7 @@ WEIGHTS = f"{ADAPTER}/adapter_model.safetensors"
 FILES = "files.json"
 KEEP = 2
 # Config fields that must match for a checkpoint to belong to this run. The model and data are
-# compared by content (``inputs.fingerprint``), not by path; ``steps`` too with a cosine
+# compared by content (``input_checks.fingerprint``), not by path; ``steps`` too with a cosine
 # schedule, whose rate at every step depends on the run's length.
 IDENTITY = ("shape", "data_format", "max_length", "pack", "eval_fraction",
             "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "batch_size",
@@ -81,7 +81,7 @@ def save(root: Path, step: int, model, state: dict, adapter: dict | None = None)
     if tmp.exists():
         shutil.rmtree(tmp)
     config = state.get("config", {})
-    fingerprint = inputs.fingerprint(config)
+    fingerprint = input_checks.fingerprint(config)
     with outputs.write_errors(f"checkpoint {final.name}", root, tmp):
         model.save_pretrained(tmp / ADAPTER, state_dict=adapter)
         torch.save({**state, "step": step, "rng": rng_state(), "inputs": fingerprint},
@@ -186,7 +186,7 @@ def check_same_run(path: Path, about: dict, config: dict) -> None:
                for k in keys if k in saved and saved[k] != config.get(k)]
     differs += [f"the {name}'s content changed (sha256 of {config.get(key)!r} differs)"
                 for name, key in (("model", "model_dir"), ("data", "data"))
-                if name in inputs.changed_inputs(about.get("inputs", {}), config)]
+                if name in input_checks.changed_inputs(about.get("inputs", {}), config)]
     if differs:
         raise DrasliceError(
             f"{path} is a checkpoint of a different run ({'; '.join(differs)}); use another "

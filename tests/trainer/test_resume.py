@@ -14,9 +14,9 @@ from safetensors.torch import load_file
 
 from draslice.errors import DrasliceError
 from draslice.trainer import checkpoint
-from draslice.trainer.artifacts import ADAPTER_DIR, CHECKPOINT_DIR
 from draslice.trainer.config import FINETUNE_KNOBS, SFTConfig
 from draslice.trainer.presets import FINETUNE
+from draslice.trainer.result import ADAPTER_DIR, CHECKPOINT_DIR
 from draslice.trainer.sft import train
 
 STEPS, EVERY, KILL_AFTER = 120, 10, 25

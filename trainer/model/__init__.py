@@ -18,8 +18,8 @@ from draslice.errors import (
     MissingDependency,
     ModelLoadError,
 )
-from draslice.trainer import model_match
 from draslice.trainer.config import AUTO_TARGETS, ModelShape
+from draslice.trainer.model import match as model_match
 
 if TYPE_CHECKING:  # torch, transformers and peft load where a model is built, not at import:
     # the input checks above them (model folder, data) answer before seconds of imports

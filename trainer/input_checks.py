@@ -20,13 +20,14 @@ from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
-from draslice.trainer import checkpoint, folder_lock, model, model_match, outputs
-from draslice.trainer.examples import (
+from draslice.trainer import checkpoint, folder_lock, model, outputs
+from draslice.trainer.data.examples import (
     check_batch_size,
     check_tokenizer,
     read_records,
     train_count,
 )
+from draslice.trainer.model import match as model_match
 from draslice.trainer.torchrun_env import launched
 
 CHUNK = 1 << 20

@@ -20,7 +20,7 @@ import torch
 
 from draslice.trainer import checkpoint, loglines, outputs
 from draslice.trainer.config import SFTConfig
-from draslice.trainer.examples import TokenRows
+from draslice.trainer.data.examples import TokenRows
 from draslice.trainer.model import build_base, load_pretrained, wrap_lora
 from draslice.trainer.outputs import ADAPTER_DIR, MERGED_DIR, REFERENCE_FILE, RUN_FILE
 

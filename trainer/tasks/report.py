@@ -19,7 +19,7 @@ matplotlib.use("Agg")  # no display in a task pod
 import matplotlib.pyplot as plt  # noqa: E402
 
 from draslice.trainer.measure import speed_of  # noqa: E402
-from draslice.trainer.validate import Verdict, memory_compared  # noqa: E402
+from draslice.trainer.tasks.validate import Verdict, memory_compared  # noqa: E402
 
 
 def _png(fig) -> str:
