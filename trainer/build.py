@@ -139,11 +139,11 @@ def assemble(cfg: SFTConfig, device: torch.device, precision: str,
     )
 
 
-def resume(run: Training, root: Path, log: Callable[[str], None]) -> tuple[int, list[float]]:
-    """(last step done, its losses): from the newest whole checkpoint under ``root`` (a task
-    that ran before and was killed), or (0, []) for a fresh run."""
-    checkpoint.clean_partial(root)
-    found = checkpoint.latest_whole(root, log)
+def resume(run: Training, found: Path | None, log: Callable[[str], None]
+           ) -> tuple[int, list[float]]:
+    """(last step done, its losses): from checkpoint ``found`` (the newest whole one of a task
+    that ran before and was killed: ``checkpoint.latest`` after ``checkpoint.tidy``), or
+    (0, []) for a fresh run."""
     if found is None:
         return 0, []
     state = checkpoint.load(found, run.step_loss, run.cfg.to_dict())

@@ -32,13 +32,7 @@ from draslice.trainer import (
 from draslice.trainer import device as dev
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.measure import Progress, Speed, StepReader, evaluate
-from draslice.trainer.result import (
-    CHECKPOINT_DIR,
-    SFTResult,
-    loss_drop,
-    save_outputs,
-    whole_on_cpu,
-)
+from draslice.trainer.result import SFTResult, loss_drop, save_outputs, whole_on_cpu
 from draslice.trainer.speed.loss import to_device
 
 
@@ -78,12 +72,11 @@ def _train(cfg: SFTConfig, output_dir: str | Path, metrics_path: Path, ranks: di
     with dev.out_of_memory_explained(device, info.total_mem_gib, budget.knobs_to_try(cfg)):
         run = build.assemble(cfg, device, precision, log)
         cfg = run.cfg  # with lora_targets resolved
-        ckpt_root = Path(cfg.checkpoint_dir or output_dir / CHECKPOINT_DIR)
+        ckpt_root = outputs.checkpoint_root(cfg.checkpoint_dir, output_dir)
         with ranks.main_first() as main:  # what a killed run left is tidied once, then read
             if main:
-                checkpoint.clean_partial(ckpt_root)
-                checkpoint.latest_whole(ckpt_root, log)
-        start_step, losses = build.resume(run, ckpt_root, log)
+                checkpoint.tidy(ckpt_root, log)
+        start_step, losses = build.resume(run, checkpoint.latest(ckpt_root), log)
         progress = Progress(metrics_path if ranks.is_main else None, start_step, losses,
                             cfg.log_every, cfg.steps, device, log, cfg.learning_rate,
                             started)

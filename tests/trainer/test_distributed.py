@@ -24,7 +24,8 @@ from draslice.trainer.build import data
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.data.examples import IGNORE
 from draslice.trainer.loglines import SFT_OK_CPU
-from draslice.trainer.result import ADAPTER_DIR, CHECKPOINT_DIR, RUN_FILE, loss_drop
+from draslice.trainer.outputs import ADAPTER_DIR, CHECKPOINT_DIR, RUN_FILE
+from draslice.trainer.result import loss_drop
 from draslice.trainer.sft import train
 from draslice.trainer.speed.loss import to_device
 

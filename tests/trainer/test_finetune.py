@@ -19,7 +19,7 @@ from draslice.trainer import budget
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.data.examples import IGNORE
 from draslice.trainer.model import LLAMA_ATTENTION_AND_MLP, ModelShape, build_base, wrap_lora
-from draslice.trainer.result import ADAPTER_DIR, MERGED_DIR, RUN_FILE
+from draslice.trainer.outputs import ADAPTER_DIR, MERGED_DIR, RUN_FILE
 from draslice.trainer.sft import train
 from draslice.trainer.speed.loss import causal_lm_loss, to_device
 from draslice.trainer.tasks.validate import check_adapter

@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from draslice.errors import DrasliceError, InvalidParameter
 from draslice.trainer import outputs
-from draslice.trainer.result import ADAPTER_DIR
+from draslice.trainer.outputs import ADAPTER_DIR
 from draslice.trainer.tasks import report
 from draslice.trainer.tasks.validate import read_losses, read_records, validate
 
