@@ -57,6 +57,9 @@ def validate(
     import json
     from collections import namedtuple
 
+    from draslice.trainer import libraries
+
+    libraries.settle()  # before the checks import peft: library lines no one can act on
     from draslice.trainer.tasks import report as rep
     from draslice.trainer.tasks.validate import read_records
     from draslice.trainer.tasks.validate import validate as run_validate
