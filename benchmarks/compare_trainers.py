@@ -29,7 +29,7 @@ the process's peak RSS and the targets are not judged.
 
 MFU: see ``flops.py`` (``lora``: 4N + 6N_lora + 12·L·d·S per token, the work LoRA needs;
 ``full``: the standard 6N + 12·L·d·S), over the measured bf16 matmul peak of
-``draslice.trainer.smoke`` (``--peak-tflops``, or measured here when not given).
+``draslice.trainer.tasks.smoke`` (``--peak-tflops``, or measured here when not given).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from transformers import TrainerCallback
 from draslice.benchmarks.childproc import kill_children_on_term, run_child, write_json
 from draslice.benchmarks.flops import flop_count, mfu
 from draslice.trainer import device as dev
-from draslice.trainer.data import successor_chains
+from draslice.trainer.data.synthetic import successor_chains
 from draslice.trainer.loglines import gib
 from draslice.trainer.model import ModelShape, build_base, wrap_lora
 
@@ -345,7 +345,7 @@ def run_one(which: str, cfg: BenchConfig, device: str, precision_spec: str) -> d
 
 def measure_peak_tflops(device: str) -> dict:
     """The device's dense matmul throughput, through the smoke step's checked matmul."""
-    from draslice.trainer.smoke import run_smoke
+    from draslice.trainer.tasks.smoke import run_smoke
 
     result = run_smoke(device=device)
     if torch.cuda.is_available():

@@ -105,7 +105,7 @@ def count_step(model, ids, forward: str, bf16: bool = True) -> tuple[Counter, fl
 
 
 def _lora_forward(model, forward: str):
-    from draslice.trainer import lora_fused
+    from draslice.trainer.speed import lora_fused
 
     return (nullcontext() if forward == "peft"
             else lora_fused.fused(model, group=forward == "grouped"))
@@ -118,8 +118,8 @@ def lora_model(shape, layers: int, reentrant: bool, hidden: int | None = None):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from draslice.trainer import grad_checkpointing
     from draslice.trainer.model import wrap_lora
+    from draslice.trainer.speed import grad_checkpointing
 
     torch.manual_seed(0)
     width = hidden or shape.hidden

@@ -3,7 +3,7 @@
     python benchmarks/loss_chunk.py [--tokens 16384] [--shape 896x151936 --shape 1536x151936]
         [--repeat 20] [--chunk-rows 1024,2048] [--liger-mem 2,4,8]
 
-``trainer/loss.py`` computes the cross-entropy through the frozen head a chunk of tokens at a
+``trainer/speed/loss.py`` computes the cross-entropy through the frozen head a chunk of tokens at a
 time, and each chunk's gradient right away. Per chunk, its softmax and gradient run either
 eager (``FUSED_DEVICES = ()``: about six passes over a quarter GiB of fp32 logits) or
 compiled by inductor (the default on CUDA). This prints, for each hidden x vocab shape at
@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from draslice.trainer import loss
+from draslice.trainer.speed import loss
 
 
 def _ours(hidden, head, targets, rows: int | None = None):

@@ -22,7 +22,7 @@ Peers, each in a fresh process per (peer, cap group):
 - ``ours-tiled``: ``ours-offload`` with ``tile_mlp`` too (each layer's MLP on tiles of the
   tokens); uncapped it is ``ours``;
 - ``ours-offload-peft``: ``ours-offload`` with peft's own LoRA forward instead of
-  ``trainer/lora_fused.py``'s one-matmul sum (what that change is worth, in one run);
+  ``trainer/speed/lora_fused.py``'s one-matmul sum (what that change is worth, in one run);
 - ``ours-offload-single``: ``ours-offload`` with every LoRA projection computed alone
   (``lora_fused``'s ``group=False``: what computing q/k/v and gate/up in one call is worth);
 - ``ours-offload-reentrant`` / ``ours-offload-hooks``: ``ours-offload`` under torch's
@@ -30,7 +30,7 @@ Peers, each in a fresh process per (peer, cap group):
   (``grad_checkpointing.REENTRANT``; the loop's own choice, ``grad_checkpointing.choose``, takes
   the reentrant kind up to hidden size 1,024);
 - ``ours-offload-chunks``: ``ours-offload`` with the loss through the head in
-  ``trainer/loss.py``'s compiled chunks instead of Liger's fused linear cross-entropy;
+  ``trainer/speed/loss.py``'s compiled chunks instead of Liger's fused linear cross-entropy;
 - ``ours-offload-compile``: ``ours-offload`` with ``compile="default"`` (inductor compiles each
   layer inside its offloaded checkpoint, ``speed.compile_layers``; its compile time is in
   ``run_s``, not in tokens/s); uncapped it is ``ours`` compiled so;
@@ -96,7 +96,7 @@ class Ours:
     offload: bool = False
     tile: bool = False
     compile: str = "auto"
-    peft_forward: bool = False  # peft's own LoRA forward, not trainer/lora_fused.py's
+    peft_forward: bool = False  # peft's own LoRA forward, not trainer/speed/lora_fused.py's
     lora_groups: bool = True  # lora_fused's q/k/v and gate/up in one call each
     reentrant: bool | None = None  # grad_checkpointing.REENTRANT (None: the loop chooses)
     chunked_loss: bool = False  # loss.py's compiled chunks, not Liger's fused linear CE
@@ -216,7 +216,7 @@ def prepare(shape_name: str, seq: int, root: Path, smoke: bool) -> dict:
 
 def packed_rows(model_dir: str, data: str, seq: int) -> tuple[list[list[int]], list[list[int]]]:
     """Our loader's packed rows (ids, labels), full-width rows only: what every peer trains."""
-    from draslice.trainer.examples import load_examples, pack
+    from draslice.trainer.data.examples import load_examples, pack
     from draslice.trainer.model import load_tokenizer
 
     _fmt, rows = load_examples(data, load_tokenizer(model_dir), "prompt-completion", seq)
@@ -485,7 +485,8 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
 
 def use_switches(ours: Ours) -> None:
     """Set, in this (child) process, the switches of the loop's code that ``ours`` turns."""
-    from draslice.trainer import grad_checkpointing, lora_fused, loss, speed
+    from draslice.trainer import speed
+    from draslice.trainer.speed import grad_checkpointing, lora_fused, loss
 
     if ours.peft_forward:
         lora_fused.fused = _peft_forward

@@ -93,3 +93,4 @@ def main() -> None:
     from draslice.trainer import libraries
 
     libraries.offline()  # nothing is downloaded at run time, as in the trainer image
+    libraries.settle()  # before any command imports peft: library lines no one can act on

@@ -6,108 +6,42 @@ are free) come from the allocator program (``cluster/allocator``: Kubernetes'
 ``k8s.io/dynamic-resource-allocation`` of the chosen release, run as the scheduler runs it).
 Nothing about allocation or CEL is decided in Python.
 
-What stays here: the inventory (pools, generations, what each node publishes), the notes and
-the diagnosis that turn the allocator's answer into the command that fixes the cause, and
-``published_slices``, the summary ``draslice advise`` reads.
+What stays here: the inventory (pools, generations, what each node publishes), the notes that
+turn the allocator's answer into the command that fixes the cause (with ``diagnosis``), and
+``published_slices``, the summary ``draslice advise`` reads. The report's shape is ``report``'s.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 
 from draslice.cluster import allocator
 from draslice.cluster.cel import CelCompileError, compile_error_message
+from draslice.cluster.diagnosis import diagnose
+from draslice.cluster.report import (
+    FAIL,
+    FREE,
+    READY,
+    SKIP,
+    InventoryRow,
+    Match,
+    PreflightReport,
+    PublishedSlice,
+    RequestReport,
+)
 from draslice.cluster.resources import Device, Inventory, served_form
 from draslice.cluster.snapshot import Snapshot, SnapshotError
+from draslice.cluster.templates import DRIVER
 
-READY, SKIP, FAIL = "ready", "skip", "fail"
-EXIT_CODES = {READY: 0, SKIP: 77, FAIL: 1}
-GPU_DRIVER = "gpu.nvidia.com"
 # Drivers whose devices are not GPUs a training pod claims (the ComputeDomain daemons/channels).
 IGNORED_DRIVERS = frozenset({"compute-domain.nvidia.com"})
-FREE, TAKEN, BLOCKED, TAINTED, INCOMPLETE = "free", "taken", "blocked", "tainted", "incomplete"
 
 
 class AllocatorRefused(SnapshotError):
     """The allocator refused the cluster state itself (an object it cannot read): exit 2."""
-
-
-@dataclass
-class Match:
-    device: Device
-    state: str  # free | taken | blocked | tainted | incomplete (the allocator program's words)
-    why: str = ""
-
-
-@dataclass
-class RequestReport:
-    name: str
-    device_class: str
-    selectors: list[str]
-    allocation_mode: str
-    count: int
-    matches: list[Match] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    @property
-    def free(self) -> list[Match]:
-        return [m for m in self.matches if m.state == FREE]
-
-    def counts(self) -> dict[str, int]:
-        return dict(Counter(m.state for m in self.matches))
-
-
-@dataclass
-class InventoryRow:
-    node: str
-    driver: str
-    device: str
-    type: str
-    profile: str
-    product: str
-    memory_gib: float | None
-    state: str
-    why: str = ""
-    multiprocessors: int | None = None
-
-
-@dataclass
-class PublishedSlice:
-    """One kind of slice the cluster publishes, for ``draslice advise``."""
-
-    profile: str  # MIG profile string as published, or "full" for a whole GPU
-    product: str
-    memory_gib: float
-    total: int
-    free: int
-    multiprocessors: int | None = None  # capacity the driver publishes for a MIG device
-
-
-@dataclass
-class PreflightReport:
-    decision: str
-    reason: str
-    source: str
-    template: str | None = None
-    kubernetes_version: str = allocator.NEWEST
-    allocator: str = ""  # the module and version that decided
-    classes: dict[str, list[str] | None] = field(default_factory=dict)  # name -> selectors
-    pools: list[dict] = field(default_factory=list)
-    inventory: list[InventoryRow] = field(default_factory=list)
-    profiles: list[str] = field(default_factory=list)
-    requests: list[RequestReport] = field(default_factory=list)
-    node: str | None = None  # the node the allocator found for the claim
-    allocation: list[dict] = field(default_factory=list)  # its devices (request, driver, ...)
-    unschedulable: list[str] = field(default_factory=list)  # the allocator's per-node reasons
-    diagnosis: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_CODES[self.decision]
 
 
 @lru_cache(maxsize=1024)
@@ -404,8 +338,6 @@ def _take_result(report: PreflightReport, result: dict, state: ClusterState) -> 
 
 def _decide(report: PreflightReport, snapshot: Snapshot, gpu_devices: list[Device],
             missing: str, result: dict | None) -> None:
-    from draslice.cluster.diagnosis import diagnose
-
     report.diagnosis += diagnose(report, snapshot, gpu_devices)
     if not snapshot.device_classes and not snapshot.slices:
         report.decision = missing
@@ -442,7 +374,7 @@ def published_slices(snapshot: Snapshot) -> list[PublishedSlice]:
     report = analyze(snapshot)
     groups: dict[tuple[str, str, float, int], list[InventoryRow]] = defaultdict(list)
     for row in report.inventory:
-        if row.driver != GPU_DRIVER or row.type not in ("gpu", "mig"):
+        if row.driver != DRIVER or row.type not in ("gpu", "mig"):
             continue
         groups[(row.profile, row.product, row.memory_gib or 0.0,
                 row.multiprocessors or 0)].append(row)

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from draslice.cluster.templates import DRIVER, GPU_CLASS, MIG_CLASS
+
 if TYPE_CHECKING:
-    from draslice.cluster.analysis import PreflightReport
+    from draslice.cluster.report import PreflightReport
     from draslice.cluster.resources import Device
     from draslice.cluster.snapshot import Snapshot
 
-GPU_DRIVER = "gpu.nvidia.com"
-MIG_CLASS = "mig.nvidia.com"
 # Labels by which a node shows it has an NVIDIA GPU (GPU feature discovery, NFD's PCI vendor).
 _GPU_NODE_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.product",
                     "feature.node.kubernetes.io/pci-10de.present")
@@ -29,7 +29,7 @@ _GPU_NODE_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.product",
 def diagnose(report: PreflightReport, snapshot: Snapshot, gpu_devices: list[Device]) -> list[str]:
     out: list[str] = []
     wanted = [r.device_class for r in report.requests] or (
-        [GPU_DRIVER, MIG_CLASS] if report.template is None else []
+        [GPU_CLASS, MIG_CLASS] if report.template is None else []
     )
     missing = [c for c in dict.fromkeys(wanted) if snapshot.device_class(c) is None]
     nvidia_classes = [c for c in report.classes if c.endswith("nvidia.com")]
@@ -46,7 +46,7 @@ def diagnose(report: PreflightReport, snapshot: Snapshot, gpu_devices: list[Devi
             f"{', '.join(sorted(report.classes))}): the driver version installed does not "
             "create it; check the class name in the claim template"
         )
-    if report.classes and not [d for d in gpu_devices if d.driver == GPU_DRIVER]:
+    if report.classes and not [d for d in gpu_devices if d.driver == DRIVER]:
         out += _plugin_publishes_nothing(snapshot)
     mig_wanted = MIG_CLASS in wanted and snapshot.device_class(MIG_CLASS) is not None
     has_mig = any(d.attr("type") == "mig" for d in gpu_devices)

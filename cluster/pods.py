@@ -18,7 +18,7 @@ import copy
 from collections import Counter
 from dataclasses import replace
 
-from draslice.cluster.analysis import READY, PreflightReport
+from draslice.cluster.report import READY, PreflightReport
 from draslice.errors import InvalidParameter
 
 MAX_PODS = 1000  # far beyond any TrainJob a slice-sized cluster runs; bounds the allocator runs

@@ -147,7 +147,7 @@ def kubernetes_release(snapshot, asked: str | None) -> tuple[str, str | None]:
 
 def cluster_preflight(snapshot, template: dict | None, on_missing_dra: str = "skip",
                       kubernetes_version: str | None = None):
-    """The scheduler's view: a :class:`~draslice.cluster.analysis.PreflightReport`, decided by
+    """The scheduler's view: a :class:`~draslice.cluster.report.PreflightReport`, decided by
     the allocator of the chosen Kubernetes release."""
     from draslice.cluster.analysis import analyze
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 
-from draslice.cluster.analysis import PreflightReport
+from draslice.cluster.report import PreflightReport
 
 
 def to_dict(report: PreflightReport) -> dict:

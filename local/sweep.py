@@ -35,7 +35,7 @@ def planned_runs(path: str | Path, base: dict) -> list[dict]:
     completed from the demo preset; each run's LoRA targets and rank are checked on the
     model too, as ``draslice run`` checks its own (a bad one would fail only its fine-tune)."""
     from draslice.trainer.config import FINETUNE_KNOBS, SFTConfig
-    from draslice.trainer.inputs import check_lora
+    from draslice.trainer.input_checks import check_lora
 
     try:
         runs = plan_runs([{**base, **run} for run in load_runs(path)], PRESET)

@@ -28,7 +28,7 @@ from draslice.trainer import budget
 from draslice.trainer.config import SFTConfig
 
 if TYPE_CHECKING:  # torch and the trainer load only to measure: --peak-gib is a table lookup
-    from draslice.trainer.artifacts import SFTResult
+    from draslice.trainer.result import SFTResult
 
 MEASURE_STEPS = 3
 
@@ -132,7 +132,7 @@ def advise(cfg: SFTConfig, candidates: list[SliceProfile],
            peak_gib: float | None = None, try_knobs: bool = True) -> Advice:
     """Measure (unless ``peak_gib`` is given), recommend, and try levers for the next size."""
     if peak_gib is None:
-        from draslice.trainer.inputs import check_model_and_data
+        from draslice.trainer.input_checks import check_model_and_data
 
         check_model_and_data(cfg)  # a bad model or data file is named as `train` names it
         result, step = measure(cfg, steps)

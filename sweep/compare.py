@@ -149,7 +149,7 @@ def render_markdown(runs: list[Run], best: Run, passed: bool) -> str:
 
 def figure(runs: list[Run], best: Run) -> str:
     """Eval loss (or training loss) over steps per run, and each run's tokens/s: a PNG URI."""
-    from draslice.trainer.report import _png, plt
+    from draslice.trainer.tasks.report import figure_png, plt
 
     use_eval = ranking_key(runs) == "eval_loss"
     fig, (curves, speed) = plt.subplots(1, 2, figsize=(11, 3.6))
@@ -168,7 +168,7 @@ def figure(runs: list[Run], best: Run) -> str:
     speed.set_ylabel("tokens/s")
     speed.set_title("Training throughput")
     speed.tick_params(axis="x", labelrotation=30)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def render_html(runs: list[Run], best: Run, passed: bool) -> str:

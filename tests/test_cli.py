@@ -98,7 +98,7 @@ def test_a_runs_dir_that_cannot_be_written_is_refused_before_the_first_task(tmp_
     import torch  # noqa: F401 (loaded before the effective user drops: see unwritable.py)
 
     from draslice.cluster import snapshot  # noqa: F401
-    from draslice.trainer import budget, inputs  # noqa: F401
+    from draslice.trainer import budget, input_checks  # noqa: F401
     from draslice.trainer import device as _device  # noqa: F401
     from tests.unwritable import read_only_folder
 

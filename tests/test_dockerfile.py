@@ -55,7 +55,7 @@ def test_the_image_can_run_qlora():
 
 def test_the_image_runs_the_fast_kernels():
     """``compile="auto"`` applies Liger's kernels to Llama/Qwen on a GPU when liger-kernel is
-    installed (trainer/speed.py): the image installs the speed extra that declares it."""
+    installed (trainer/speed/): the image installs the speed extra that declares it."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert any(r.startswith("liger-kernel")
                for r in pyproject["project"]["optional-dependencies"]["speed"])

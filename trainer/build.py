@@ -19,19 +19,9 @@ from pathlib import Path
 
 import torch
 
-from draslice.trainer import (
-    checkpoint,
-    distributed,
-    grad_checkpointing,
-    loglines,
-    lora_fused,
-    offload,
-    speed,
-    tiled_mlp,
-)
+from draslice.trainer import checkpoint, distributed, loglines, speed
 from draslice.trainer.config import SFTConfig
-from draslice.trainer.data import BatchSampler, successor_chains
-from draslice.trainer.examples import (
+from draslice.trainer.data.examples import (
     TokenRows,
     check_batch_size,
     from_tensor,
@@ -39,6 +29,8 @@ from draslice.trainer.examples import (
     pack,
     split,
 )
+from draslice.trainer.data.sampler import BatchSampler
+from draslice.trainer.data.synthetic import successor_chains
 from draslice.trainer.model import (
     build_base,
     check_vocab_fits,
@@ -48,6 +40,7 @@ from draslice.trainer.model import (
     resolve_targets,
     wrap_lora,
 )
+from draslice.trainer.speed import grad_checkpointing, lora_fused, offload, tiled_mlp
 
 
 @dataclass
@@ -146,11 +139,11 @@ def assemble(cfg: SFTConfig, device: torch.device, precision: str,
     )
 
 
-def resume(run: Training, root: Path, log: Callable[[str], None]) -> tuple[int, list[float]]:
-    """(last step done, its losses): from the newest whole checkpoint under ``root`` (a task
-    that ran before and was killed), or (0, []) for a fresh run."""
-    checkpoint.clean_partial(root)
-    found = checkpoint.latest_whole(root, log)
+def resume(run: Training, found: Path | None, log: Callable[[str], None]
+           ) -> tuple[int, list[float]]:
+    """(last step done, its losses): from checkpoint ``found`` (the newest whole one of a task
+    that ran before and was killed: ``checkpoint.latest`` after ``checkpoint.tidy``), or
+    (0, []) for a fresh run."""
     if found is None:
         return 0, []
     state = checkpoint.load(found, run.step_loss, run.cfg.to_dict())

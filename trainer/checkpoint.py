@@ -9,11 +9,11 @@ which the next run deletes, and a full disk ends in one line (``outputs.write_er
 the partial directory removed. Only the newest ``KEEP`` checkpoints are kept.
 
 A checkpoint damaged after it was written (a missing or truncated file: a copy that stopped,
-a volume that lost unsynced data) is found by :func:`whole_problem`; :func:`latest_whole`
-skips and deletes it, naming it, and resumes from the previous whole one.
+a volume that lost unsynced data) is found by :func:`whole_problem`; :func:`tidy` deletes it,
+naming it, and the run resumes from the previous whole one.
 
 Resuming is refused, with the reason, when the checkpoint belongs to another run: another
-config (``IDENTITY``), other model or data *content* (``inputs.fingerprint``), or more steps
+config (``IDENTITY``), other model or data *content* (``fingerprint``), or more steps
 than this run asks for.
 """
 
@@ -28,18 +28,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from draslice.errors import DrasliceError, InvalidParameter
-from draslice.trainer import inputs, outputs
+from draslice.trainer import fingerprint, outputs
 
-DIR = "checkpoints"  # under the output folder, unless a checkpoint folder is given
 PREFIX = "step-"
 TMP_PREFIX = outputs.TMP_PREFIX
 STATE_FILE = "state.pt"
-ADAPTER = "adapter"
-WEIGHTS = f"{ADAPTER}/adapter_model.safetensors"
+WEIGHTS = f"{outputs.ADAPTER_DIR}/adapter_model.safetensors"
 FILES = "files.json"
 KEEP = 2
 # Config fields that must match for a checkpoint to belong to this run. The model and data are
-# compared by content (``inputs.fingerprint``), not by path; ``steps`` too with a cosine
+# compared by content (``fingerprint``), not by path; ``steps`` too with a cosine
 # schedule, whose rate at every step depends on the run's length.
 IDENTITY = ("shape", "data_format", "max_length", "pack", "eval_fraction",
             "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "batch_size",
@@ -81,13 +79,13 @@ def save(root: Path, step: int, model, state: dict, adapter: dict | None = None)
     if tmp.exists():
         shutil.rmtree(tmp)
     config = state.get("config", {})
-    fingerprint = inputs.fingerprint(config)
+    hashes = fingerprint.content_hashes(config)
     with outputs.write_errors(f"checkpoint {final.name}", root, tmp):
-        model.save_pretrained(tmp / ADAPTER, state_dict=adapter)
-        torch.save({**state, "step": step, "rng": rng_state(), "inputs": fingerprint},
+        model.save_pretrained(tmp / outputs.ADAPTER_DIR, state_dict=adapter)
+        torch.save({**state, "step": step, "rng": rng_state(), "inputs": hashes},
                    tmp / STATE_FILE)
-        about = {"step": step, "config": config, "inputs": fingerprint,
-                 "files": outputs.sizes(tmp, [ADAPTER, STATE_FILE])}
+        about = {"step": step, "config": config, "inputs": hashes,
+                 "files": outputs.sizes(tmp, [outputs.ADAPTER_DIR, STATE_FILE])}
         (tmp / FILES).write_text(json.dumps(about, indent=2) + "\n")
         outputs.replace_path(tmp, final)
     for stale in completed(root)[:-KEEP]:
@@ -100,14 +98,6 @@ def completed(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX))
-
-
-def clean_partial(root: Path) -> None:
-    """Delete what a killed writer left behind."""
-    if root.is_dir():
-        for p in root.iterdir():
-            if p.name.startswith(TMP_PREFIX):
-                shutil.rmtree(p, ignore_errors=True)
 
 
 def latest(root: Path) -> Path | None:
@@ -145,17 +135,22 @@ def whole_problem(path: Path) -> str | None:
     return f"{path / STATE_FILE}: record {bad} is corrupt" if bad else None
 
 
-def latest_whole(root: Path, log: Callable[[str], None] = print) -> Path | None:
-    """The newest whole checkpoint; damaged newer ones are named in the log and deleted (they
-    would otherwise stay the newest by name, and a later save would prune the good ones)."""
+def tidy(root: Path, log: Callable[[str], None] = print) -> None:
+    """Remove what a killed or failed run left under ``root``, so that :func:`latest` is the
+    checkpoint to resume: the ``.tmp-*`` directories of a writer that stopped, and damaged
+    checkpoints, named in the log (they would otherwise stay the newest by name, and a later
+    save would prune the good ones). One process does it (rank 0), before any reads it."""
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.name.startswith(TMP_PREFIX):
+                shutil.rmtree(p, ignore_errors=True)
     for path in reversed(completed(root)):
         problem = whole_problem(path)
         if problem is None:
-            return path
+            return
         log(f"[checkpoint] {path.name} is damaged ({problem}); deleted it, resuming from the "
             "one before")
         shutil.rmtree(path, ignore_errors=True)
-    return None
 
 
 def _about(path: Path) -> dict:
@@ -170,7 +165,7 @@ def _about(path: Path) -> dict:
 def check_resumable(root: Path, config: dict) -> None:
     """Refuse, before any work, to resume a checkpoint under ``root`` that belongs to another
     run (config, model or data content) or lies past ``config["steps"]``; damaged ones are left
-    for :func:`latest_whole` to skip."""
+    for :func:`tidy` to delete."""
     for path in reversed(completed(root)):
         if whole_problem(path) is None:
             check_same_run(path, _about(path), config)
@@ -186,7 +181,7 @@ def check_same_run(path: Path, about: dict, config: dict) -> None:
                for k in keys if k in saved and saved[k] != config.get(k)]
     differs += [f"the {name}'s content changed (sha256 of {config.get(key)!r} differs)"
                 for name, key in (("model", "model_dir"), ("data", "data"))
-                if name in inputs.changed_inputs(about.get("inputs", {}), config)]
+                if name in fingerprint.changed(about.get("inputs", {}), config)]
     if differs:
         raise DrasliceError(
             f"{path} is a checkpoint of a different run ({'; '.join(differs)}); use another "

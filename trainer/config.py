@@ -28,7 +28,7 @@ AUTO_TARGETS = "auto"
 DATA_FORMATS = ("auto", "prompt-completion", "chat", "datasets")
 PRECISIONS = ("auto", "bf16", "fp32")
 LR_SCHEDULES = ("constant", "cosine")
-# How a step is made fast (trainer/speed.py decides and applies it; docs/benchmarks.md has the
+# How a step is made fast (trainer/speed/ decides and applies it; docs/benchmarks.md has the
 # figures). "auto": CUDA graphs of the body where every batch has one width, Liger kernels.
 COMPILE_MODES = ("auto", "off", "cudagraphs", "default", "reduce-overhead")
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")

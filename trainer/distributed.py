@@ -42,8 +42,8 @@ import torch.distributed as dist
 
 from draslice.errors import InvalidParameter
 from draslice.trainer import loglines
-from draslice.trainer.examples import IGNORE, TokenRows
-from draslice.trainer.loss import LossBatch, causal_lm_loss
+from draslice.trainer.data.examples import IGNORE, TokenRows
+from draslice.trainer.speed.loss import LossBatch, causal_lm_loss
 from draslice.trainer.torchrun_env import launched
 
 

@@ -6,9 +6,10 @@ asks the Hugging Face Hub for an optional 4-bit CPU kernel at import, then logs 
 cannot have it (offline, the kernels library logs that it skipped a check): a line about a
 kernel draslice never uses (a QLoRA run on a GPU uses bitsandbytes' CUDA kernels; on a CPU its
 own fallback). transformers 5 also warns, through peft, that ``is_gradient_checkpointing`` is
-deprecated: peft's code, not the user's. :func:`settle` drops exactly those lines; it runs
-from ``draslice/trainer/__init__.py``, before any trainer module imports peft, and changes
-nothing else, so a notebook that imports the trainer keeps its own settings.
+deprecated: peft's code, not the user's. :func:`settle` drops exactly those lines and changes
+nothing else. It runs where draslice's own processes start, before anything imports peft: the
+``draslice`` command (``cli/__init__.py``) and the finetune and validate components' bodies.
+Importing the trainer changes nothing, so a notebook keeps its own logging settings.
 
 :func:`offline` is for processes draslice owns: the ``draslice`` command sets
 ``HF_HUB_OFFLINE=1`` (and the transformers and datasets equivalents) unless the environment sets

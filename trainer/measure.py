@@ -22,8 +22,8 @@ import torch
 from draslice.errors import TrainingDiverged
 from draslice.trainer import device as dev
 from draslice.trainer import loglines, outputs
-from draslice.trainer.examples import TokenRows
-from draslice.trainer.loss import to_device
+from draslice.trainer.data.examples import TokenRows
+from draslice.trainer.speed.loss import to_device
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,10 @@
-"""The output folder: checked before work starts, written as one atomic set, read back whole.
+"""The output folder: its layout, checked before work starts, written as one atomic set, read
+back whole. Every name in it is declared here, once.
+
+``output_dir/``
+    ``adapter/`` (peft ``save_pretrained``), ``reference_logits.pt``, ``merged/`` (with
+    ``merge``), ``draslice_sft.json`` (the run's record); ``checkpoints/`` unless
+    ``checkpoint_dir`` says otherwise (each checkpoint holds an ``adapter/`` too: ``checkpoint``).
 
 A run's result is a *set*: ``adapter/``, ``reference_logits.pt``, ``merged/`` (with ``merge``)
 and ``draslice_sft.json``. Each member is written under a ``.tmp-`` name, fsynced and renamed
@@ -36,6 +42,7 @@ RUN_FILE = "draslice_sft.json"
 REFERENCE_FILE = "reference_logits.pt"
 ADAPTER_DIR = "adapter"
 MERGED_DIR = "merged"
+CHECKPOINT_DIR = "checkpoints"  # under the output folder, unless a checkpoint folder is given
 TMP_PREFIX = ".tmp-"
 FILES_KEY = "files"
 # The writers' words for a failed write: torch.save (caffe2's inline_container.cc), safetensors
@@ -77,6 +84,11 @@ def check_writable_dir(value: str | Path, name: str, created: list[Path]) -> Pat
             "this user can write, on a volume with free space"
         ) from None
     return path
+
+
+def checkpoint_root(checkpoint_dir: str, output_dir: Path) -> Path:
+    """Where a run's checkpoints go: ``checkpoint_dir``, or ``checkpoints/`` in the output."""
+    return Path(checkpoint_dir) if checkpoint_dir else output_dir / CHECKPOINT_DIR
 
 
 def remove_created(created: list[Path]) -> None:

@@ -4,7 +4,7 @@ No HF ``Trainer``: on an H200 a plain loop (bf16 autocast, fused AdamW) ran the 
 about 5x faster (docs/design.md). The same loop trains the demo run (a small GPT-2 built from
 a config, on learnable successor chains) and a user's model from a local directory on JSONL or
 a saved dataset. The parts live beside it: the knobs in ``config``, what is trained in
-``build``, what is measured and how in ``measure``, what is left behind in ``artifacts``.
+``build``, what is measured and how in ``measure``, what is left behind in ``result``.
 Under ``torchrun`` the same loop runs in every process: ``distributed`` shares each batch
 out, all-reduces the LoRA gradients (DDP) and keeps writes and log lines to rank 0.
 
@@ -20,21 +20,20 @@ from pathlib import Path
 import torch
 
 from draslice.trainer import (
-    artifacts,
     budget,
     build,
     checkpoint,
     distributed,
     folder_lock,
-    inputs,
+    input_checks,
     loglines,
     outputs,
 )
 from draslice.trainer import device as dev
-from draslice.trainer.artifacts import SFTResult, loss_drop
 from draslice.trainer.config import SFTConfig
-from draslice.trainer.loss import to_device
 from draslice.trainer.measure import Progress, Speed, StepReader, evaluate
+from draslice.trainer.result import SFTResult, loss_drop, save_outputs, whole_on_cpu
+from draslice.trainer.speed.loss import to_device
 
 
 @outputs.clear_write_errors
@@ -59,7 +58,7 @@ def _train(cfg: SFTConfig, output_dir: str | Path, metrics_path: Path, ranks: di
     ranks.check(cfg.batch_size)
     with ranks.main_first() as main:  # it withdraws the previous record: one process does it
         if main:
-            inputs.check_before_work(cfg, output_dir, log)  # a bad file costs a second
+            input_checks.check_before_work(cfg, output_dir, log)  # a bad file costs a second
     output_dir = Path(output_dir)  # after the check: Path("") would be the current folder
     device = dev.resolve_device(ranks.device(cfg.device))
     precision = dev.resolve_precision(cfg.precision, device)
@@ -73,12 +72,11 @@ def _train(cfg: SFTConfig, output_dir: str | Path, metrics_path: Path, ranks: di
     with dev.out_of_memory_explained(device, info.total_mem_gib, budget.knobs_to_try(cfg)):
         run = build.assemble(cfg, device, precision, log)
         cfg = run.cfg  # with lora_targets resolved
-        ckpt_root = Path(cfg.checkpoint_dir or output_dir / artifacts.CHECKPOINT_DIR)
+        ckpt_root = outputs.checkpoint_root(cfg.checkpoint_dir, output_dir)
         with ranks.main_first() as main:  # what a killed run left is tidied once, then read
             if main:
-                checkpoint.clean_partial(ckpt_root)
-                checkpoint.latest_whole(ckpt_root, log)
-        start_step, losses = build.resume(run, ckpt_root, log)
+                checkpoint.tidy(ckpt_root, log)
+        start_step, losses = build.resume(run, checkpoint.latest(ckpt_root), log)
         progress = Progress(metrics_path if ranks.is_main else None, start_step, losses,
                             cfg.log_every, cfg.steps, device, log, cfg.learning_rate,
                             started)
@@ -146,10 +144,10 @@ def _train(cfg: SFTConfig, output_dir: str | Path, metrics_path: Path, ranks: di
         if distributed.sharded(run.step_loss):  # rank 0 saves from the whole adapter
             adapter = distributed.full_trainable(run.step_loss)
             if ranks.is_main:
-                model, out_device = artifacts.whole_on_cpu(cfg, adapter), torch.device("cpu")
+                model, out_device = whole_on_cpu(cfg, adapter), torch.device("cpu")
         with ranks.main_first() as main:
             if main:
-                artifacts.save_outputs(model, cfg, run.train_rows, run.tokenizer, result,
+                save_outputs(model, cfg, run.train_rows, run.tokenizer, result,
                                        output_dir, out_device, log)
     log(loglines.slice_peak(peak_gib))
     log(loglines.sft_ok(device.type == "cuda"))

@@ -1,7 +1,8 @@
 """What torchrun told this process: its rank, the world size and its local rank.
 
-Torch-free, so that ``draslice train`` can ask before it imports torch (``inputs.check_early``)
-and ``distributed`` asks the same function when it joins the process group.
+Torch-free, so that ``draslice train`` can ask before it imports torch
+(``input_checks.check_early``) and ``distributed`` asks the same function when it joins the
+process group.
 """
 
 from __future__ import annotations

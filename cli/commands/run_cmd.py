@@ -101,7 +101,7 @@ def _checked_params(opts: dict) -> dict:
     check_params(knobs, base=DEMO.values)  # torch-free and at once: a bad --lora-r exits 2
     # What only this machine can answer: is the device there, can it do bf16, can it be capped,
     # does a step fit it; and the model: its LoRA targets, built on the meta device.
-    from draslice.trainer import budget, inputs
+    from draslice.trainer import budget, input_checks
     from draslice.trainer import device as dev
     from draslice.trainer.config import FINETUNE_KNOBS, SFTConfig
 
@@ -112,7 +112,7 @@ def _checked_params(opts: dict) -> dict:
     capped = dev.check_slice_cap(torch_device, knobs["slice_memory_gib"])
     info = dev.describe(torch_device, knobs["slice_memory_gib"] if capped else None)
     budget.check_synthetic_fits(cfg, precision, info.total_mem_gib, info.name)
-    inputs.check_lora(cfg)
+    input_checks.check_lora(cfg)
     params = {**knobs, "on_missing_dra": opts["on_missing_dra"]}
     # Without a snapshot the local check runs ("none"); with one, preflight reads it, and a
     # file it cannot read is bad input now, in the snapshot's own words.

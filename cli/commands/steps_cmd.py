@@ -33,7 +33,7 @@ def smoke(device: str, matmul_size: int, slice_memory_gib: float, as_json: bool)
     """
     # The knobs' own checks, before torch loads: a bad --device answers at once.
     check_params({"device": device, "slice_memory_gib": slice_memory_gib})
-    from draslice.trainer.smoke import run_smoke
+    from draslice.trainer.tasks.smoke import run_smoke
 
     result = run_smoke(device=device, matmul_size=matmul_size, slice_memory_gib=slice_memory_gib)
     click.echo("\n".join(result.lines()))
@@ -93,7 +93,7 @@ def train_config(ctx: click.Context) -> tuple[SFTConfig, str]:
 def train(ctx: click.Context, output_dir: str, as_json: bool, **_knobs) -> None:
     from pathlib import Path
 
-    from draslice.trainer.inputs import check_early
+    from draslice.trainer.input_checks import check_early
 
     cfg, origin = train_config(ctx)  # bad input fails here, before torch is imported
     if launched()[0] == 0:  # torchrun's other processes would print the same line

@@ -98,6 +98,9 @@ def finetune(
     from collections import namedtuple
 
     from draslice.errors import InvalidParameter
+    from draslice.trainer import libraries
+
+    libraries.settle()  # before the trainer imports peft: library lines no one can act on
     from draslice.trainer.config import SFTConfig
     from draslice.trainer.sft import train
 

@@ -38,7 +38,7 @@ def smoke(
     from collections import namedtuple
 
     from draslice.errors import DrasliceError
-    from draslice.trainer.smoke import run_smoke
+    from draslice.trainer.tasks.smoke import run_smoke
 
     result = run_smoke(device=device, matmul_size=matmul_size, slice_memory_gib=slice_memory_gib)
     print("\n".join(result.lines()))

@@ -57,9 +57,12 @@ def validate(
     import json
     from collections import namedtuple
 
-    from draslice.trainer import report as rep
-    from draslice.trainer.validate import read_records
-    from draslice.trainer.validate import validate as run_validate
+    from draslice.trainer import libraries
+
+    libraries.settle()  # before the checks import peft: library lines no one can act on
+    from draslice.trainer.tasks import report as rep
+    from draslice.trainer.tasks.validate import read_records
+    from draslice.trainer.tasks.validate import validate as run_validate
 
     device = json.loads(device_json)
     verdict = run_validate(

@@ -100,7 +100,7 @@ def test_the_benchmarks_import_as_draslice_modules_without_kfp(tmp_path):
         from draslice.benchmarks import (advise_time, childproc, compare_trainers, envfacts,
             fit_slice, flops, gpu_all, host_cost, loss_chunk, peer_trainers, profile_step,
             sm_cap)
-        import draslice.trainer.sft, draslice.trainer.smoke, draslice.tests.scratch
+        import draslice.trainer.sft, draslice.trainer.tasks.smoke, draslice.tests.scratch
         bare = sorted(set(sys.modules) & {"childproc", "flops", "peer_trainers", "tests"})
         print("bare imports:", bare)
     """)
@@ -367,7 +367,7 @@ def test_profile_step_turns_the_switches_of_the_peer_variants():
         " '--checkpoint', 'hooks',"
         " '--skip', '1', '--active', '1', '--rows', '1']",
         "runpy.run_path(sys.argv[0], run_name='__main__')",
-        "from draslice.trainer import grad_checkpointing, lora_fused",
+        "from draslice.trainer.speed import grad_checkpointing, lora_fused",
         "print('SWITCHES', grad_checkpointing.REENTRANT, lora_fused.fused.keywords)"])
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=600, cwd=REPO)

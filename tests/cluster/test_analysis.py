@@ -9,7 +9,9 @@ import copy
 
 import pytest
 
-from draslice.cluster.analysis import (
+from draslice.cluster.analysis import analyze, published_slices
+from draslice.cluster.cel import CelCompileError
+from draslice.cluster.report import (
     BLOCKED,
     FAIL,
     FREE,
@@ -19,10 +21,7 @@ from draslice.cluster.analysis import (
     TAINTED,
     TAKEN,
     PublishedSlice,
-    analyze,
-    published_slices,
 )
-from draslice.cluster.cel import CelCompileError
 from draslice.cluster.templates import mig_claim_template, shared_gpu_claim_template
 from tests.cluster.conftest import claim, gpu, mig, rslice
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from draslice.trainer import grad_checkpointing
 from draslice.trainer.config import ModelShape
 from draslice.trainer.model import build_base
+from draslice.trainer.speed import grad_checkpointing
 
 
 def param_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from draslice.trainer.examples import MAX_LINE_BYTES
+from draslice.trainer.data.examples import MAX_LINE_BYTES
 from tests.trainer.test_bad_input import _cli, _one_error_line
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -127,7 +127,7 @@ def test_a_line_past_the_limit_is_refused_without_reading_it_whole(tiny_gpt2, tm
                     "d.jsonl:2: the line is longer than 4 MiB, the most one record may hold")
     data.write_text(GOOD + json.dumps({"prompt": "x" * (MAX_LINE_BYTES - 100),
                                        "completion": "y"}) + "\n")
-    from draslice.trainer.examples import read_records
+    from draslice.trainer.data.examples import read_records
 
     assert len(read_records(data)[1]) == 2  # just under the limit is read
 

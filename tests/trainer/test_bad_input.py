@@ -25,12 +25,12 @@ from click.testing import CliRunner
 
 from draslice.cli import main
 from draslice.errors import DrasliceError, InvalidParameter, OutputWriteError
-from draslice.trainer import checkpoint, inputs, outputs
-from draslice.trainer.artifacts import CHECKPOINT_DIR, REFERENCE_FILE, RUN_FILE
+from draslice.trainer import checkpoint, fingerprint, outputs
 from draslice.trainer.config import FINETUNE_KNOBS, KNOBS, SFTConfig
+from draslice.trainer.outputs import CHECKPOINT_DIR, REFERENCE_FILE, RUN_FILE
 from draslice.trainer.presets import FINETUNE
 from draslice.trainer.sft import train
-from draslice.trainer.validate import check_adapter
+from draslice.trainer.tasks.validate import check_adapter
 from tests.scratch import write_demo_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -544,14 +544,14 @@ def test_resume_compares_the_data_content_not_its_path(finished, tiny_gpt2, demo
 
 def test_model_fingerprint_follows_content_and_ignores_hidden_files(tiny_gpt2, tmp_path):
     model = _model_copy(tiny_gpt2, tmp_path)
-    before = inputs.fingerprint({"model_dir": str(model)})
+    before = fingerprint.content_hashes({"model_dir": str(model)})
     (model / ".cache").mkdir()
     (model / ".cache" / "x").write_text("lock")
-    assert inputs.fingerprint({"model_dir": str(model)}) == before
+    assert fingerprint.content_hashes({"model_dir": str(model)}) == before
     config = json.loads((model / "config.json").read_text())
     config["n_layer"] = 1
     (model / "config.json").write_text(json.dumps(config))
-    assert inputs.fingerprint({"model_dir": str(model)}) != before
+    assert fingerprint.content_hashes({"model_dir": str(model)}) != before
 
 
 def test_fewer_steps_than_the_checkpoint_is_refused(finished, tiny_gpt2, demo_data, tmp_path):

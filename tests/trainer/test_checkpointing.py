@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from draslice.trainer import grad_checkpointing
 from draslice.trainer.config import ModelShape
 from draslice.trainer.model import build_base, wrap_lora
+from draslice.trainer.speed import grad_checkpointing
 from tests.trainer.grads import param_grads, qwen2_lora
 
 
@@ -47,7 +47,7 @@ def test_the_reentrant_kind_keeps_every_lora_gradient_with_the_grouped_forward()
     ours-offload-reentrant and -hooks): a Qwen2
     with lora_fused's groups, checkpointed either way, gets the unchecked model's gradients,
     the first layer's included (the embeddings' output requires grad for the reentrant kind)."""
-    from draslice.trainer import lora_fused
+    from draslice.trainer.speed import lora_fused
 
     ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
 
@@ -92,7 +92,7 @@ def test_choose_takes_the_reentrant_kind_only_for_a_small_eager_single_process_m
 def test_offload_keeps_the_kind_enable_gave_each_layer():
     """offload.enable wraps each layer's checkpoint function in its own and keeps the kind
     transformers' partial carried (so the offloaded step is the chosen kind too)."""
-    from draslice.trainer import offload
+    from draslice.trainer.speed import offload
 
     for kind in (False, True):
         base = qwen2_lora(layers=2).get_base_model()

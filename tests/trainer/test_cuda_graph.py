@@ -1,4 +1,4 @@
-"""The body replayed as a CUDA graph (trainer/cuda_graph.py): its capture's order and
+"""The body replayed as a CUDA graph (trainer/speed/cuda_graph.py): its capture's order and
 fall-backs, on a CPU with torch.cuda's capture entry points stood in for; tests/trainer/
 test_gpu.py captures for real."""
 
@@ -54,7 +54,7 @@ def body(monkeypatch):
     import torch
     from transformers import GPT2Config, GPT2Model
 
-    from draslice.trainer import cuda_graph
+    from draslice.trainer.speed import cuda_graph
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "Stream", lambda: None)
@@ -169,7 +169,7 @@ def test_a_graph_whose_replay_fails_is_dropped(body, monkeypatch):
     crashed run."""
     import torch
 
-    from draslice.trainer import cuda_graph
+    from draslice.trainer.speed import cuda_graph
 
     model, lines, _forwards = body
     capture = _Capture(0)

@@ -7,7 +7,7 @@ import torch
 
 from draslice.errors import InvalidParameter
 from draslice.trainer import device as dev
-from draslice.trainer import smoke
+from draslice.trainer.tasks import smoke
 from tests.conftest import requires_cuda
 
 

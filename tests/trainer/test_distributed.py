@@ -20,13 +20,14 @@ from safetensors.torch import load_file
 
 from draslice.errors import InvalidParameter
 from draslice.trainer import checkpoint, distributed, loglines
-from draslice.trainer.artifacts import ADAPTER_DIR, CHECKPOINT_DIR, RUN_FILE, loss_drop
 from draslice.trainer.build import data
 from draslice.trainer.config import SFTConfig
-from draslice.trainer.examples import IGNORE
+from draslice.trainer.data.examples import IGNORE
 from draslice.trainer.loglines import SFT_OK_CPU
-from draslice.trainer.loss import to_device
+from draslice.trainer.outputs import ADAPTER_DIR, CHECKPOINT_DIR, RUN_FILE
+from draslice.trainer.result import loss_drop
 from draslice.trainer.sft import train
+from draslice.trainer.speed.loss import to_device
 
 STEPS, EVERY, KILL_AFTER, BATCH = 24, 4, 10, 6
 TOLERANCE = 1e-5  # the two all-reduced halves sum in another order than one process's batch

@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from draslice.errors import DatasetError, InvalidParameter
-from draslice.trainer.examples import IGNORE, detect_format, load_examples, pack, split
+from draslice.trainer.data.examples import IGNORE, detect_format, load_examples, pack, split
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -16,13 +16,13 @@ from draslice.errors import (
     ModelLoadError,
 )
 from draslice.trainer import budget
-from draslice.trainer.artifacts import ADAPTER_DIR, MERGED_DIR, RUN_FILE
 from draslice.trainer.config import SFTConfig
-from draslice.trainer.examples import IGNORE
-from draslice.trainer.loss import causal_lm_loss, to_device
+from draslice.trainer.data.examples import IGNORE
 from draslice.trainer.model import LLAMA_ATTENTION_AND_MLP, ModelShape, build_base, wrap_lora
+from draslice.trainer.outputs import ADAPTER_DIR, MERGED_DIR, RUN_FILE
 from draslice.trainer.sft import train
-from draslice.trainer.validate import check_adapter
+from draslice.trainer.speed.loss import causal_lm_loss, to_device
+from draslice.trainer.tasks.validate import check_adapter
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -117,7 +117,7 @@ def test_saved_dataset_dir_trains(tiny_gpt2, demo_data, tmp_path):
 
 
 def test_chunked_loss_equals_full_logits_loss_and_gradients(monkeypatch):
-    import draslice.trainer.loss as loss_mod
+    import draslice.trainer.speed.loss as loss_mod
 
     model = wrap_lora(build_base(ModelShape(), 0), 8, 16, 0.0, "auto")
     torch.manual_seed(0)
@@ -145,7 +145,7 @@ def test_chunked_loss_equals_full_logits_loss_and_gradients(monkeypatch):
 def test_chunked_loss_pads_an_odd_vocabulary_without_changing_the_loss(monkeypatch):
     """GPT-2's 50,257 rows are padded to a multiple of 64 for the matmuls: the padded logits
     must not leak into the softmax or the gradient."""
-    import draslice.trainer.loss as loss_mod
+    import draslice.trainer.speed.loss as loss_mod
 
     model = wrap_lora(build_base(ModelShape(vocab_size=509), 0), 8, 16, 0.0, "auto")
     torch.manual_seed(1)

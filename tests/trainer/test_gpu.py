@@ -7,9 +7,10 @@ import torch
 
 from draslice.errors import SliceOutOfMemory
 from draslice.trainer import device as dev
-from draslice.trainer import loglines, offload
+from draslice.trainer import loglines
 from draslice.trainer.config import ModelShape, SFTConfig
 from draslice.trainer.sft import train
+from draslice.trainer.speed import offload
 from tests.conftest import requires_cuda
 from tests.trainer.grads import largest_relative_distance
 
@@ -65,7 +66,7 @@ def replays(monkeypatch) -> dict[str, int]:
 
     The counting hook goes on after the capture: ``make_graphed_callables`` refuses a module
     that already has hooks (the capture would fail and the run go eager)."""
-    from draslice.trainer import cuda_graph
+    from draslice.trainer.speed import cuda_graph
 
     count = {"replayed": 0, "graphable": 0}
     capture, call = cuda_graph.GraphedBody._capture, cuda_graph.GraphedBody.__call__
@@ -199,7 +200,7 @@ def test_the_loss_through_the_head_is_the_same_fused_or_chunked(head_vocab):
     where ``speed.apply_liger`` marked the head, else loss.py's chunks compiled by inductor;
     both give the eager chunks' loss and gradient (bf16 head, several chunks, an odd last one).
     At Qwen's vocabulary ``loss.liger_chunk_mem`` cuts Liger's 1,000 rows in two chunks."""
-    from draslice.trainer import loss
+    from draslice.trainer.speed import loss
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     head = torch.nn.Linear(256, head_vocab, bias=False, device="cuda", dtype=torch.bfloat16)
@@ -238,7 +239,7 @@ def test_grouped_lora_projections_give_peft_gradients_on_the_gpu(bf16_base):
     """lora_fused's groups (q/k/v, gate/up in one call, our backward) under bf16 autocast and
     gradient checkpointing: peft's gradients within bf16 rounding, with the base matmuls inside
     the group's call (bf16 base) or before it (fp32 base, cast by autocast)."""
-    from draslice.trainer import lora_fused
+    from draslice.trainer.speed import lora_fused
     from tests.trainer.grads import checkpointed_qwen2
 
     model = checkpointed_qwen2(layers=2)
@@ -290,7 +291,7 @@ def _peft_and_fused_grads(run, ids: torch.Tensor, b_std: float, plans: list | No
                           ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """The LoRA gradients of one step with peft's forward, then with lora_fused's (B drawn
     non-zero first, so that every path has a gradient); ``plans`` gets the groups' plans."""
-    from draslice.trainer import lora_fused
+    from draslice.trainer.speed import lora_fused
 
     layers = lora_fused.lora_layers(run.model)
     for layer in layers:

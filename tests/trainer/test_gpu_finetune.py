@@ -13,7 +13,7 @@ from draslice.sizing.profiles import SliceProfile
 from draslice.trainer import budget
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.sft import train
-from draslice.trainer.validate import check_adapter
+from draslice.trainer.tasks.validate import check_adapter
 from tests.conftest import requires_cuda
 from tests.scratch import save_preset, save_scratch_model, write_demo_data
 

@@ -78,7 +78,7 @@ def test_a_bf16_run_ends_with_its_reference_logits_outside_autocast(tmp_path):
 def test_the_fused_sum_trains_like_peft_in_fp32_and_within_bf16_rounding():
     """lora_fused: base + scaling * x A^T B^T in one addmm gives peft's gradients (fp32: to
     rounding; bf16 autocast: within bf16's), and peft's forward is back after the loop."""
-    from draslice.trainer import lora_fused
+    from draslice.trainer.speed import lora_fused
 
     for precision, tol in (("fp32", 1e-5), ("bf16", 3e-2)):
         run = build.assemble(_cfg(precision=precision, bf16_weights=precision == "bf16"),
@@ -105,7 +105,7 @@ def test_the_fused_sum_takes_qlora_layers_and_trains_like_peft(tiny_llama, demo_
     gradients within bf16's rounding."""
     from peft.tuners.lora.bnb import Linear4bit
 
-    from draslice.trainer import lora_fused
+    from draslice.trainer.speed import lora_fused
 
     cfg = SFTConfig(model_dir=str(tiny_llama), data=str(demo_data["chat"]), device="cpu",
                     precision="bf16", load_in_4bit=True, max_length=32)

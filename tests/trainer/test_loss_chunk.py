@@ -1,4 +1,4 @@
-"""The cross-entropy through the head a chunk at a time (trainer/loss.py): the loss and the
+"""The cross-entropy through the head a chunk at a time (trainer/speed/loss.py): the loss and the
 gradient of ``F.cross_entropy`` on the whole logits, eager and compiled."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from draslice.trainer import loss
+from draslice.trainer.speed import loss
 
 VOCAB = 50  # not a multiple of loss.VOCAB_ALIGN: the head is padded to 64 rows
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from draslice.trainer.examples import IGNORE, TokenRows
-from draslice.trainer.loss import LossBatch, causal_lm_loss, needs_mask, to_device
+from draslice.trainer.data.examples import IGNORE, TokenRows
+from draslice.trainer.speed.loss import LossBatch, causal_lm_loss, needs_mask, to_device
 
 
 @pytest.mark.parametrize(("mask", "needed"), [

@@ -1,4 +1,4 @@
-"""offload_activations: the checkpointed layer inputs in host memory (trainer/offload.py).
+"""offload_activations: the checkpointed layer inputs in host memory (trainer/speed/offload.py).
 
 On a CPU the hooks leave tensors where they are, so these tests check the wiring with the
 installed transformers (each layer calls the swapped function, gradients unchanged) and the
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from draslice.trainer import offload
 from draslice.trainer.config import ModelShape
+from draslice.trainer.speed import offload
 from tests.trainer.grads import checkpointed_base, lm_grads
 
 

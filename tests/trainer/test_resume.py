@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 
 from draslice.errors import DrasliceError
 from draslice.trainer import checkpoint
-from draslice.trainer.artifacts import ADAPTER_DIR, CHECKPOINT_DIR
 from draslice.trainer.config import FINETUNE_KNOBS, SFTConfig
+from draslice.trainer.outputs import ADAPTER_DIR, CHECKPOINT_DIR
 from draslice.trainer.presets import FINETUNE
 from draslice.trainer.sft import train
 

@@ -9,9 +9,9 @@ import pytest
 
 from draslice.errors import InvalidParameter, TrainingDiverged
 from draslice.trainer import loglines
-from draslice.trainer.artifacts import ADAPTER_DIR, REFERENCE_FILE, RUN_FILE
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.model import GPT2_ATTENTION_ONLY, ModelShape
+from draslice.trainer.outputs import ADAPTER_DIR, REFERENCE_FILE, RUN_FILE
 from draslice.trainer.sft import train
 
 

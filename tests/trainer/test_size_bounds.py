@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from draslice.cli import main
 from draslice.errors import InvalidParameter
-from draslice.trainer import budget, device, inputs
+from draslice.trainer import budget, device, input_checks
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.loglines import GIB, gib
 from tests.trainer.test_bad_input import _cli, _one_error_line
@@ -34,9 +34,9 @@ def test_a_rank_past_the_smallest_projection_is_refused_before_the_load(
 def test_the_rank_bound_follows_the_targets(tiny_llama, demo_data, targets, largest):
     cfg = dict(model_dir=str(tiny_llama), data=str(demo_data["prompt-completion"]),
                lora_targets=targets)
-    inputs.check_lora(SFTConfig(**cfg, lora_r=largest))
+    input_checks.check_lora(SFTConfig(**cfg, lora_r=largest))
     with pytest.raises(InvalidParameter, match=f"must be at most {largest},"):
-        inputs.check_lora(SFTConfig(**cfg, lora_r=largest + 1))
+        input_checks.check_lora(SFTConfig(**cfg, lora_r=largest + 1))
 
 
 def test_a_target_the_model_lacks_is_refused_before_the_load(tiny_llama, demo_data, tmp_path,

@@ -1,4 +1,4 @@
-"""The speed decision (trainer/speed.py): what ``compile="auto"`` becomes, where."""
+"""The speed decision (trainer/speed/): what ``compile="auto"`` becomes, where."""
 
 from __future__ import annotations
 

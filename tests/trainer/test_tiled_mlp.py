@@ -1,4 +1,4 @@
-"""tile_mlp: each layer's MLP run on tiles of the batch's tokens (trainer/tiled_mlp.py).
+"""tile_mlp: each layer's MLP run on tiles of the batch's tokens (trainer/speed/tiled_mlp.py).
 
 On a CPU these check the tiling itself with the installed transformers (tiles as documented,
 every MLP wrapped, gradients unchanged under checkpointing) and the knob's rule;
@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from draslice.trainer import tiled_mlp
 from draslice.trainer.config import ModelShape
 from draslice.trainer.model import build_base
+from draslice.trainer.speed import tiled_mlp
 from tests.trainer.grads import checkpointed_base, lm_grads
 
 

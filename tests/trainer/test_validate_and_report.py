@@ -11,9 +11,10 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from draslice.errors import DrasliceError, InvalidParameter
-from draslice.trainer import outputs, report
-from draslice.trainer.artifacts import ADAPTER_DIR
-from draslice.trainer.validate import read_losses, read_records, validate
+from draslice.trainer import outputs
+from draslice.trainer.outputs import ADAPTER_DIR
+from draslice.trainer.tasks import report
+from draslice.trainer.tasks.validate import read_losses, read_records, validate
 
 
 def _validate(trained, **kw):

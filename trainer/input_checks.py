@@ -1,35 +1,26 @@
-"""What a fine-tune is given, checked before any model is loaded, and fingerprinted by content.
+"""What a fine-tune is given, checked before any model is loaded.
 
 :func:`check_before_work` runs right after the config's own range checks and before the first
 byte of a model is read, so a bad folder, model or data file costs a second, not a model load
 (minutes for a 7B base): every error is one line naming the parameter, file or line and what
 would be valid (exit code 2). Only then does it withdraw the previous run's record from the
 output folder (``outputs.uncommit``), so a refused run leaves a finished one untouched.
-
-:func:`fingerprint` is the content of the model folder and of the data, as hashes: a
-checkpoint records them and resuming compares them, because a path can keep its name while
-what is behind it changes (new data written over the old file, another model in the same
-mounted folder), and can change its name while the content stays (a Model artifact mounted at
-another path in the next pod).
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
-from functools import lru_cache
 from pathlib import Path
 
-from draslice.trainer import checkpoint, folder_lock, model, model_match, outputs
-from draslice.trainer.examples import (
+from draslice.trainer import checkpoint, fingerprint, folder_lock, model, outputs
+from draslice.trainer.data.examples import (
     check_batch_size,
     check_tokenizer,
     read_records,
     train_count,
 )
+from draslice.trainer.model import match as model_match
 from draslice.trainer.torchrun_env import launched
-
-CHUNK = 1 << 20
 
 
 def check_before_work(cfg, output_dir: str | Path, log: Callable[[str], None] = print) -> None:
@@ -53,7 +44,7 @@ def check_before_work(cfg, output_dir: str | Path, log: Callable[[str], None] = 
             if folder_lock.acquire(ckpt, "checkpoint_dir", log, created[made:]):
                 locked.append(ckpt)
         check_model_and_data(cfg)
-        root = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else out / checkpoint.DIR
+        root = outputs.checkpoint_root(cfg.checkpoint_dir, out)
         config = cfg.to_dict()
         if cfg.lora_targets.strip() == model.AUTO_TARGETS:  # as the checkpoint recorded it
             config["lora_targets"] = model.auto_targets_of(cfg.model_dir) or cfg.lora_targets
@@ -115,7 +106,7 @@ def check_lora(cfg) -> None:
     """The LoRA targets exist and ``lora_r`` fits the smallest of them, on the model built
     on the meta device: the synthetic GPT-2 of the config's shape, or the folder's model from
     its config and weight headers, which are checked against each other first
-    (``model_match``: a config that does not describe its weights is refused)."""
+    (``model.match``: a config that does not describe its weights is refused)."""
     import torch
 
     if cfg.synthetic:
@@ -133,59 +124,6 @@ def _stamps(path: str | Path) -> tuple:
     path = Path(path).expanduser()
     try:
         files = sorted(path.iterdir()) if path.is_dir() else [path]
-        return tuple((f.name, *_stamp(f)[:2]) for f in files if f.exists())
+        return tuple((f.name, *fingerprint.stamp(f)[:2]) for f in files if f.exists())
     except OSError:
         return ()
-
-
-def fingerprint(config: dict) -> dict[str, str]:
-    """{"model": sha256, "data": sha256} of a real run's inputs (empty for the synthetic run,
-    whose inputs are all in the config)."""
-    found = {}
-    for key in ("model_dir", "data"):
-        value = config.get(key) or ""
-        if value:
-            found[key.removesuffix("_dir")] = tree_hash(Path(value).expanduser())
-    return found
-
-
-def tree_hash(path: Path) -> str:
-    """sha256 over a file, or over a folder's files (relative names and contents, sorted);
-    hidden files (``.cache/``, editor droppings) do not count."""
-    digest = hashlib.sha256()
-    if path.is_file():
-        digest.update(_file_hash(str(path), *_stamp(path)).encode())
-        return digest.hexdigest()
-    if not path.is_dir():
-        return ""
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        rel = file.relative_to(path)
-        if any(part.startswith(".") for part in rel.parts):
-            continue
-        digest.update(rel.as_posix().encode() + b"\0")
-        digest.update(_file_hash(str(file), *_stamp(file)).encode())
-    return digest.hexdigest()
-
-
-def _stamp(path: Path) -> tuple[int, int, int]:
-    st = path.stat()
-    return st.st_size, st.st_mtime_ns, st.st_ino
-
-
-@lru_cache(maxsize=4096)
-def _file_hash(path: str, size: int, mtime_ns: int, inode: int) -> str:  # noqa: ARG001
-    """One file's sha256, read once per process while its size, time and inode stay (the
-    arguments after ``path`` are the cache key): each checkpoint of a run reuses it."""
-    digest = hashlib.sha256()
-    with open(path, "rb", buffering=0) as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def changed_inputs(saved: dict, config: dict) -> list[str]:
-    """The inputs whose content differs from the fingerprint a checkpoint recorded."""
-    if not saved:
-        return []  # a checkpoint written before fingerprints: its paths were compared
-    now = fingerprint(config)
-    return [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]

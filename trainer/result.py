@@ -1,13 +1,7 @@
-"""What a fine-tune leaves behind, and its layout: the adapter, the reference logits validate
-compares, the merged model on request, and the run file (config and result).
-
-``output_dir/``
-    ``adapter/`` (peft ``save_pretrained``), ``reference_logits.pt``, ``merged/`` (with
-    ``merge``), ``draslice_sft.json``; ``checkpoints/`` unless ``checkpoint_dir`` says
-    otherwise. How each is written (atomically, the run file last as the set's record) is
-    ``outputs``'s business.
-
-:func:`save_outputs` writes them all, in one call at the end of a run.
+"""A run's result: its measured figures (``SFTResult``) and the models it leaves, made at the
+end of the loop: the adapter, the reference logits validate compares, the merged model on
+request. :func:`save_outputs` writes them all in one call, through ``outputs`` (the folder's
+layout, and the atomic set with the run file written last as its record).
 """
 
 from __future__ import annotations
@@ -18,15 +12,12 @@ from pathlib import Path
 
 import torch
 
-from draslice.trainer import checkpoint, loglines, outputs
+from draslice.trainer import loglines, outputs
 from draslice.trainer.config import SFTConfig
-from draslice.trainer.examples import TokenRows
+from draslice.trainer.data.examples import TokenRows
 from draslice.trainer.model import build_base, load_pretrained, wrap_lora
-from draslice.trainer.outputs import ADAPTER_DIR, MERGED_DIR, REFERENCE_FILE, RUN_FILE
+from draslice.trainer.outputs import ADAPTER_DIR, MERGED_DIR
 
-CHECKPOINT_DIR = checkpoint.DIR
-__all__ = ["ADAPTER_DIR", "CHECKPOINT_DIR", "MERGED_DIR", "REFERENCE_FILE", "RUN_FILE",
-           "SFTResult", "export_merged", "loss_drop", "reference_batch", "save_outputs"]
 LOSS_TAIL = 5  # the final loss is the mean of the last steps: one batch is noisy
 REFERENCE_ROWS, REFERENCE_TOKENS = 2, 16  # a real vocabulary makes full logits big
 

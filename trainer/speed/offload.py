@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from draslice.trainer import grad_checkpointing
+from draslice.trainer.speed import grad_checkpointing
 
 if TYPE_CHECKING:
     from collections.abc import Callable

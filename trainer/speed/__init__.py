@@ -31,10 +31,10 @@ from functools import partial
 
 import torch
 
-from draslice.trainer import grad_checkpointing
 from draslice.trainer.config import COMPILE_MODES
-from draslice.trainer.cuda_graph import GraphedBody
-from draslice.trainer.loss import LIGER_HEAD, VOCAB_ALIGN, split_head
+from draslice.trainer.speed import grad_checkpointing
+from draslice.trainer.speed.cuda_graph import GraphedBody
+from draslice.trainer.speed.loss import LIGER_HEAD, VOCAB_ALIGN, split_head
 
 __all__ = ["COMPILE_MODES", "SpeedPlan", "apply_liger", "choose", "choose_mode", "prepare"]
 INDUCTOR_MODES = ("default", "reduce-overhead")

@@ -19,10 +19,11 @@ matplotlib.use("Agg")  # no display in a task pod
 import matplotlib.pyplot as plt  # noqa: E402
 
 from draslice.trainer.measure import speed_of  # noqa: E402
-from draslice.trainer.validate import Verdict, memory_compared  # noqa: E402
+from draslice.trainer.tasks.validate import Verdict, memory_compared  # noqa: E402
 
 
-def _png(fig) -> str:
+def figure_png(fig) -> str:
+    """The figure as a PNG data URI (what the KFP UI shows inline), the figure closed."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
@@ -43,7 +44,7 @@ def loss_figure(records: list[dict]) -> str:
     ax.set_title("Loss")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def throughput_figure(records: list[dict], steady_from: int | None = None) -> str:
@@ -61,7 +62,7 @@ def throughput_figure(records: list[dict], steady_from: int | None = None) -> st
     ax.set_ylim(bottom=0)
     ax.set_title("Throughput")
     ax.grid(alpha=0.3)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def memory_figure(peak_gib: float, slice_gib: float, budget_gib: float, label: str) -> str:
@@ -74,7 +75,7 @@ def memory_figure(peak_gib: float, slice_gib: float, budget_gib: float, label: s
     ax.set_xlabel("GiB")
     ax.set_title(f"Peak memory against the {label}")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3, fontsize=8, frameon=False)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def _table(rows: dict) -> str:

@@ -18,8 +18,8 @@ from draslice.errors import (
     MissingDependency,
     ModelLoadError,
 )
-from draslice.trainer import model_match
 from draslice.trainer.config import AUTO_TARGETS, ModelShape
+from draslice.trainer.model import match as model_match
 
 if TYPE_CHECKING:  # torch, transformers and peft load where a model is built, not at import:
     # the input checks above them (model folder, data) answer before seconds of imports
@@ -152,7 +152,7 @@ def check_lora_fits(model: torch.nn.Module, r: int, targets: str) -> list[str]:
     smallest targeted matrix: a LoRA update of rank r on a d_in x d_out weight is a product of
     d_in x r and r x d_out, whose rank cannot pass min(d_in, d_out), so a larger r only adds
     parameters (``--lora-r 100000`` on a 1.5B model: 1.6e9 of them). ``model`` may be on the
-    meta device (``model_match``), so this runs before any weight is loaded."""
+    meta device (``model.match``), so this runs before any weight is loaded."""
     names = parse_targets(resolve_targets(model, targets))
     leaves: dict[str, list] = {}  # the modules under each last name, as peft matches them
     for full, module in model.named_modules():

@@ -22,9 +22,10 @@ from safetensors import SafetensorError
 
 from draslice.errors import DrasliceError, InvalidParameter, MissingDependency
 from draslice.trainer import budget, loglines, outputs
-from draslice.trainer.artifacts import ADAPTER_DIR, REFERENCE_FILE, RUN_FILE, loss_drop
 from draslice.trainer.config import KNOBS, SFTConfig, VerdictConfig
 from draslice.trainer.model import build_base, load_pretrained
+from draslice.trainer.outputs import ADAPTER_DIR, REFERENCE_FILE, RUN_FILE
+from draslice.trainer.result import loss_drop
 
 LOGITS_ATOL = 1e-3
 LOGITS_RTOL = 1e-3

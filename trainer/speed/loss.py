@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from draslice.trainer.data.examples import IGNORE
 from draslice.trainer.device import matmul_dtype
-from draslice.trainer.examples import IGNORE
 
 CHUNK_BYTES = 256 * 1024**2  # fp32 logits per chunk
 
