@@ -56,9 +56,12 @@ cd "$repo"
 read -r -a sources <<< "$(awk '$1 == "COPY" && $2 !~ /^--from/ {for (i = 2; i < NF; i++)
                                 printf "%s ", $i}' trainer/Dockerfile)"
 compression=zstd
+# What the COPY lines take: .dockerignore leaves out Python's byte code, which a checkout grows
+# as it runs (so a clean clone and a used one have the same key).
+files() { find "${sources[@]}" -type f -not -path '*/__pycache__/*' -not -name '*.py[co]' "$@"; }
 trainer_key="$( { cat trainer/Dockerfile; echo "$py_key $go_key $ref $compression"
-                  find "${sources[@]}" -type f -print0 | sort -z | xargs -0 stat -c '%a %n'
-                  find "${sources[@]}" -type f -print0 | sort -z | xargs -0 sha256sum; } | digest)"
+                  files -print0 | sort -z | xargs -0 stat -c '%a %n'
+                  files -print0 | sort -z | xargs -0 sha256sum; } | digest)"
 out="$images/trainer-$trainer_key.oci.tar"
 if [[ -f "$out" ]]; then
     log "trainer image $ref: cached in $out"
