@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from draslice.cli import main
 from draslice.cli.error_output import JsonErrorCommand
-from tests.conftest import REPO
+from draslice.tests.conftest import REPO
 
 # benchmarks/startup.py lists every command and times the cases below; loaded by path, since
 # `startup` may name this checkout's folder.

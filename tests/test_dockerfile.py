@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 
-from tests.conftest import REPO
+from draslice.tests.conftest import REPO
 
 DOCKERFILE = (REPO / "trainer" / "Dockerfile").read_text()
 INSTRUCTIONS = [line.strip() for line in DOCKERFILE.splitlines()

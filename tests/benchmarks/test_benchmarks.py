@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from draslice.benchmarks import childproc, flops, gpu_all
+from draslice.tests.conftest import REPO, requires_cuda
 from draslice.trainer.model import ModelShape, build_base, wrap_lora
-from tests.conftest import REPO, requires_cuda
 
 BENCH = REPO / "benchmarks"
 
@@ -226,7 +226,7 @@ def test_peer_flops_from_the_shape_match_the_count_from_the_model():
     """peer_trainers counts a shape's FLOPs from its config (no model is built for the table);
     the count must equal flops.flop_count on the very model with LoRA on every projection."""
     from draslice.benchmarks import peer_trainers
-    from tests.scratch import model_config
+    from draslice.tests.scratch import model_config
 
     shape = peer_trainers.SHAPES["smoke"]
     from peft import LoraConfig, get_peft_model

@@ -24,8 +24,8 @@ from kfp.kubernetes import kubernetes_executor_config_pb2 as released
 from draslice.pipelines import platform_spec
 from draslice.pipelines.claim import ClaimMode
 from draslice.pipelines.variants import GPU_EXECUTORS, VARIANTS
-from tests.conftest import REPO
-from tests.kfpserver import kfp_strict
+from draslice.tests.conftest import REPO
+from draslice.tests.kfpserver import kfp_strict
 
 pytestmark = pytest.mark.kfp
 HERE = Path(__file__).parent / "protojsoncheck"

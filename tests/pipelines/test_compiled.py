@@ -9,7 +9,7 @@ from google.protobuf import json_format
 from draslice.pipelines import platform_spec
 from draslice.pipelines.claim import CLAIM_LABEL, ClaimMode
 from draslice.pipelines.variants import GPU_EXECUTORS, VARIANTS, compile_all
-from tests.conftest import REPO
+from draslice.tests.conftest import REPO
 
 COMPILED = REPO / "compiled"
 

@@ -10,8 +10,8 @@ from draslice.cli import main
 from draslice.pipelines import platform_spec
 from draslice.pipelines.claim import CLAIM_LABEL, NATIVE_FIELD, QUEUE_LABEL, bind_claim
 from draslice.pipelines.variants import GPU_EXECUTORS, VARIANTS
-from tests.conftest import REPO
-from tests.pipelines.test_claim import _task
+from draslice.tests.conftest import REPO
+from draslice.tests.pipelines.test_claim import _task
 
 
 def test_bind_claim_adds_the_queue_label_in_both_modes():

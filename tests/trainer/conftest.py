@@ -1,4 +1,4 @@
-"""Tiny Hugging Face model directories and datasets, written by tests.scratch.
+"""Tiny Hugging Face model directories and datasets, written by draslice.tests.scratch.
 
 Everything a real fine-tune loads (config, safetensors, tokenizer.json, chat template) is
 on disk, so the tests take the user's loading path with no download.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.scratch import save_preset, write_demo_data
+from draslice.tests.scratch import save_preset, write_demo_data
 
 
 @pytest.fixture(scope="session")

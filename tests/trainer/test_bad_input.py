@@ -25,13 +25,13 @@ from click.testing import CliRunner
 
 from draslice.cli import main
 from draslice.errors import DrasliceError, InvalidParameter, OutputWriteError
+from draslice.tests.scratch import write_demo_data
 from draslice.trainer import checkpoint, inputs, outputs
 from draslice.trainer.artifacts import CHECKPOINT_DIR, REFERENCE_FILE, RUN_FILE
 from draslice.trainer.config import FINETUNE_KNOBS, KNOBS, SFTConfig
 from draslice.trainer.presets import FINETUNE
 from draslice.trainer.sft import train
 from draslice.trainer.validate import check_adapter
-from tests.scratch import write_demo_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from draslice.tests.trainer.grads import checkpointed_qwen2, lm_grads
 from draslice.trainer import offload, speed, tiled_mlp
-from tests.trainer.grads import checkpointed_qwen2, lm_grads
 
 LAYERS = 4
 

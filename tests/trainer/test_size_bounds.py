@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from draslice.cli import main
 from draslice.errors import InvalidParameter
+from draslice.tests.trainer.test_bad_input import _cli, _one_error_line
 from draslice.trainer import budget, device, inputs
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.loglines import GIB, gib
-from tests.trainer.test_bad_input import _cli, _one_error_line
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

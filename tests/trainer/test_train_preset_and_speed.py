@@ -11,13 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from draslice.cli import main
+from draslice.tests.trainer.test_bad_input import _cli
 from draslice.trainer import distributed, report, sft
 from draslice.trainer.config import FINETUNE_KNOBS, KNOBS, SFTConfig
 from draslice.trainer.measure import StepFigures, speed, speed_of, steady_from
 from draslice.trainer.outputs import RUN_FILE
 from draslice.trainer.presets import FINETUNE
 from draslice.trainer.validate import Verdict, read_records
-from tests.trainer.test_bad_input import _cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
