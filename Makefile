@@ -51,8 +51,11 @@ dist: $(VENV)/.installed
 run: setup
 	$(VENV)/bin/draslice run $(RUN_ARGS)
 
+# ruff, then the architecture: import-linter's contracts in pyproject.toml (layers, the trainer
+# without kfp or kubernetes, no cycles); a wrong arrow fails naming the importing line.
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 # pytest exits 5 when it collected no test: that fails each test target, as it should.
 # Each passes its own -m, which replaces the one in pyproject's addopts (the last -m wins).
