@@ -62,7 +62,7 @@ lint: setup
 test: lint allocator
 	$(VENV)/bin/pytest -m "$(FAST)"
 
-# The slow tier: the whole pipeline under kfp.local, wheels, the benchmark smoke runs.
+# The slow tier: the whole pipeline under kfp.local, wheels, torch.compile, the benchmark runs.
 test-slow: setup
 	$(VENV)/bin/pytest -m "slow and not kfp and not cluster and not node"
 

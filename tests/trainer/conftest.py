@@ -32,18 +32,6 @@ def demo_data(tmp_path_factory):
     }
 
 
-@pytest.fixture(scope="module")
-def one_thread():
-    """One intra-op thread for the tiny models: on a busy 2-core machine OpenMP threads spin
-    against other processes and a 150k-parameter step takes 100x longer."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture
 def no_model_load(monkeypatch):
     """The model's weights must not be read: a refusal that came after them would cost a user

@@ -14,8 +14,6 @@ from draslice.errors import InvalidParameter
 from draslice.sizing.profiles import TABLE, SliceProfile, candidates, recommend
 from draslice.trainer import budget
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def test_table_covers_the_gpu_models_and_names_match_their_memory():
     assert set(GPU_CHOICES) == {"all", *TABLE}

@@ -18,7 +18,6 @@ import pytest
 from draslice.tests.trainer.test_bad_input import _cli, _one_error_line
 from draslice.trainer.examples import MAX_LINE_BYTES
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 GOOD = json.dumps({"prompt": "a", "completion": "b"}) + "\n"
 
 

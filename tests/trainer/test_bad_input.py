@@ -33,8 +33,6 @@ from draslice.trainer.presets import FINETUNE
 from draslice.trainer.sft import train
 from draslice.trainer.validate import check_adapter
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 QUIET = {"log": lambda _line: None}
 
 

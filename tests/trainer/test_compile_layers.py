@@ -24,6 +24,7 @@ def _model(offloaded: bool, tiled: bool) -> torch.nn.Module:
 
 @pytest.mark.parametrize(("offloaded", "tiled"), [(False, False), (True, False), (True, True)],
                          ids=["checkpointed", "offloaded", "offloaded-tiled"])
+@pytest.mark.slow
 def test_each_layer_compiles_inside_its_checkpoint_in_two_graphs_with_eager_gradients(
         monkeypatch, offloaded, tiled):
     """Compiling the body broke its graph at each layer (offload's saved-tensor hooks, which

@@ -24,8 +24,6 @@ from draslice.trainer.model import LLAMA_ATTENTION_AND_MLP, ModelShape, build_ba
 from draslice.trainer.sft import train
 from draslice.trainer.validate import check_adapter
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def _quiet(_line: str) -> None:
     pass

@@ -22,7 +22,6 @@ from draslice.tests.trainer.test_bad_input import _cli, _one_error_line
 from draslice.trainer import folder_lock
 from draslice.trainer.folder_lock import LOCK_FILE
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 DRASLICE = [sys.executable, "-c", "from draslice.cli import main; main()"]
 HOLD = ("import sys, time\n"

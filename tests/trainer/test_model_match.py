@@ -21,8 +21,6 @@ from draslice.tests.trainer.test_bad_input import _cli, _one_error_line
 from draslice.trainer import model_match
 from draslice.trainer.model import load_pretrained
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def _copy(model: Path, tmp_path: Path, name: str = "model") -> Path:
     copy = tmp_path / name

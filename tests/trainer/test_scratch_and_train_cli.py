@@ -13,8 +13,6 @@ from draslice.cli import main
 from draslice.errors import InvalidParameter
 from draslice.tests.scratch import PRESETS, model_config, save_scratch_model
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 @pytest.mark.parametrize("arch", ["qwen2", "mistral"])
 def test_every_arch_saves_a_loadable_model_and_tokenizer(arch, tmp_path):

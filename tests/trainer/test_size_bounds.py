@@ -16,8 +16,6 @@ from draslice.trainer import budget, device, inputs
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.loglines import GIB, gib
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def test_a_rank_past_the_smallest_projection_is_refused_before_the_load(
         tiny_llama, demo_data, tmp_path, no_model_load):

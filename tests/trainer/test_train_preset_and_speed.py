@@ -19,8 +19,6 @@ from draslice.trainer.outputs import RUN_FILE
 from draslice.trainer.presets import FINETUNE
 from draslice.trainer.validate import Verdict, read_records
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def _config_line(output: str) -> str:
     lines = [line for line in output.splitlines() if line.startswith("[config] ")]
