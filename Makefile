@@ -51,15 +51,18 @@ dist: $(VENV)/.installed
 run: setup
 	$(VENV)/bin/draslice run $(RUN_ARGS)
 
+# ruff, then the architecture: import-linter's contracts in pyproject.toml (layers, the trainer
+# without kfp or kubernetes, no cycles); a wrong arrow fails naming the importing line.
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 # pytest exits 5 when it collected no test: that fails each test target, as it should.
 # Each passes its own -m, which replaces the one in pyproject's addopts (the last -m wins).
 test: lint allocator
 	$(VENV)/bin/pytest -m "$(FAST)"
 
-# The slow tier: the whole pipeline under kfp.local, wheels, the benchmark smoke runs.
+# The slow tier: the whole pipeline under kfp.local, wheels, torch.compile, the benchmark runs.
 test-slow: setup
 	$(VENV)/bin/pytest -m "slow and not kfp and not cluster and not node"
 

@@ -45,7 +45,7 @@ BAD_INPUT: dict[str, tuple[str, ...]] = {
 
 # Bad files, which need the file system rather than the option's own check: a model folder
 # that does not exist, and a data file with a broken line next to a good model folder (a tiny
-# one, written by tests.scratch as the tests write it). ``{dir}`` is the cases' folder.
+# one, written by draslice.tests.scratch as the tests write it). ``{dir}`` is the cases' folder.
 BAD_FILES: tuple[tuple[str, ...], ...] = (
     ("train", "--output-dir", "out", "--model-dir", "{dir}/no-such-model", "--data",
      "{dir}/bad.jsonl"),

@@ -13,12 +13,9 @@ from typing import Any
 
 import click
 
-from draslice.trainer.config import KNOBS
+from draslice.trainer.config import KNOBS, flag
 
-
-def flag(name: str) -> str:
-    """The command-line spelling of a knob: ``lora_r`` -> ``--lora-r``."""
-    return "--" + name.replace("_", "-")
+__all__ = ["flag", "knob_option", "knob_options"]
 
 
 def knob_option(name: str, default: Any) -> Callable:

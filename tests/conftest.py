@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,16 @@ def fixture_path(*parts: str) -> Path:
     return path
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def pytest_configure(config):
+    """One intra-op thread in the test process and in every process a test starts (they
+    inherit the variable), unless the caller set OMP_NUM_THREADS: the models here are tiny, and
+    on a busy 2-core machine OpenMP's threads spin against other processes, so a step of a
+    150k-parameter model costs several times the CPU (the demo fine-tune: 22 CPU-s with two
+    threads, 6 with one)."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 @pytest.fixture(scope="session")

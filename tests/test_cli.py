@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from draslice.cli import main
 from draslice.cli.error_output import JsonErrorCommand
-from tests.conftest import REPO
+from draslice.tests.conftest import REPO
 
 # benchmarks/startup.py lists every command and times the cases below; loaded by path, since
 # `startup` may name this checkout's folder.
@@ -98,9 +98,9 @@ def test_a_runs_dir_that_cannot_be_written_is_refused_before_the_first_task(tmp_
     import torch  # noqa: F401 (loaded before the effective user drops: see unwritable.py)
 
     from draslice.cluster import snapshot  # noqa: F401
+    from draslice.tests.unwritable import read_only_folder
     from draslice.trainer import budget, input_checks  # noqa: F401
     from draslice.trainer import device as _device  # noqa: F401
-    from tests.unwritable import read_only_folder
 
     with read_only_folder() as folder:
         into = CliRunner().invoke(main, ["run", "--runs-dir", str(folder)])

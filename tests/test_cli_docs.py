@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from draslice.tests.conftest import REPO
 
 RENDER = """\
 import json, sys

@@ -6,7 +6,7 @@ import re
 import subprocess
 import tomllib
 
-from tests.conftest import REPO
+from draslice.tests.conftest import REPO
 
 DOCKERFILE = (REPO / "trainer" / "Dockerfile").read_text()
 INSTRUCTIONS = [line.strip() for line in DOCKERFILE.splitlines()

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.conftest import REPO
+from draslice.tests.conftest import REPO
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")

@@ -5,10 +5,11 @@ wheel carries exactly those packages."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 import tomllib
 from pathlib import Path
 
-from tests.conftest import REPO
+from draslice.tests.conftest import REPO
 
 # Folders at the root that are not part of the draslice package (pyproject.toml says why).
 OUTSIDE = {"tests", "benchmarks", "scripts", "compiled", "manifests", "docs", "build", "dist"}
@@ -35,6 +36,19 @@ def _dotted(path: Path) -> str:
 
 def test_draslice_is_this_checkout():
     assert Path(importlib.util.find_spec("draslice").origin) == REPO / "__init__.py"
+
+
+def test_the_checkout_imports_only_as_draslice(request):
+    """pytest adds nothing to sys.path (no ``pythonpath``): with the repository root on it,
+    ``trainer``, ``cluster`` or ``tests`` would import as top-level modules beside
+    ``draslice.*`` and one file could run twice as two modules. The tests import this checkout
+    through the editable install only."""
+    assert request.config.getini("pythonpath") == []
+    top = {p.stem if p.suffix == ".py" else p.name for p in REPO.iterdir()
+           if (p.suffix == ".py" or (p / "__init__.py").is_file())
+           and p.stem not in ("__init__", "__main__")}
+    assert {"trainer", "cluster", "errors", "tests", "benchmarks"} <= top  # the walk saw them
+    assert not top & set(sys.modules), f"imported by a bare name: {sorted(top & set(sys.modules))}"
 
 
 def test_every_modules_dotted_name_is_its_path():

@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-from tests.conftest import REPO
+from draslice.tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -359,3 +359,9 @@ def _whole_floats_as_ints(values: Mapping[str, Any] | None) -> dict[str, Any] | 
     return {k: int(v) if (k in KNOBS and KNOBS[k].type is int and isinstance(v, float)
                           and v.is_integer()) else v
             for k, v in values.items()}
+
+
+def flag(name: str) -> str:
+    """The command-line spelling of a knob: ``lora_r`` -> ``--lora-r`` (the CLI's options and
+    the ``draslice train`` command a TrainJob runs both spell it so)."""
+    return "--" + name.replace("_", "-")

@@ -54,8 +54,7 @@ def train_args(knobs: Mapping[str, Any], output_dir: str) -> list[str]:
     line, exit 2, before anything is created). A knob at the config's default is left out
     unless the finetune preset has a value for it, which ``draslice train`` would start from
     for a real fine-tune instead (a constant rate would become cosine)."""
-    from draslice.cli.knobs import flag
-    from draslice.trainer.config import FINETUNE_KNOBS, KNOBS, SFTConfig
+    from draslice.trainer.config import FINETUNE_KNOBS, KNOBS, SFTConfig, flag
     from draslice.trainer.presets import FINETUNE
 
     SFTConfig.from_params(dict(knobs))

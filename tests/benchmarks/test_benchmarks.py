@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from draslice.benchmarks import childproc, flops, gpu_all
+from draslice.tests.conftest import REPO, requires_cuda
 from draslice.trainer.model import ModelShape, build_base, wrap_lora
-from tests.conftest import REPO, requires_cuda
 
 BENCH = REPO / "benchmarks"
 
@@ -226,7 +226,7 @@ def test_peer_flops_from_the_shape_match_the_count_from_the_model():
     """peer_trainers counts a shape's FLOPs from its config (no model is built for the table);
     the count must equal flops.flop_count on the very model with LoRA on every projection."""
     from draslice.benchmarks import peer_trainers
-    from tests.scratch import model_config
+    from draslice.tests.scratch import model_config
 
     shape = peer_trainers.SHAPES["smoke"]
     from peft import LoraConfig, get_peft_model
@@ -243,6 +243,7 @@ def test_peer_flops_from_the_shape_match_the_count_from_the_model():
     assert shape.flops(64) == want
 
 
+@pytest.mark.slow
 def test_peer_trainers_smoke_runs_ours_and_trainer_and_prints_the_table(tmp_path):
     """The benchmark's own code path on the CPU at a tiny Qwen2 shape: prepare, one child per
     peer and round, the table (figures mean nothing on a CPU)."""
@@ -281,6 +282,7 @@ def test_peer_trainers_smoke_runs_ours_and_trainer_and_prints_the_table(tmp_path
     assert [line.split()[0] for line in second] == ["[hf]", "[ours]"]  # the other order
 
 
+@pytest.mark.slow
 def test_advise_time_runs_the_probe_and_the_real_run_and_prints_their_ratios(tmp_path):
     """advise_time.py's code path on the CPU (figures mean nothing there): advise's own probe,
     then the real run of the same config, and the two ratios from their step times."""
@@ -299,6 +301,7 @@ def test_advise_time_runs_the_probe_and_the_real_run_and_prints_their_ratios(tmp
     assert f"= {found['step_ratio']:.3f}x" in done.stdout
 
 
+@pytest.mark.slow
 def test_peer_trainers_searches_a_capped_batch_one_process_an_attempt(tmp_path):
     """Under a cap every batch tried runs in its own process (the search's code path on the
     CPU: nothing is capped there, so the first batch fits), with our levers switched on."""
@@ -327,6 +330,7 @@ def test_peer_trainers_searches_a_capped_batch_one_process_an_attempt(tmp_path):
     assert any(n.startswith("[slice] MLP run in tiles") for n in notes)
 
 
+@pytest.mark.slow
 def test_profile_step_profiles_only_the_steps_after_the_skipped_ones(tmp_path):
     """profile_step.py on the CPU: the profiler's window is stepped by the loop's step lines and
     holds exactly --active steps; the figures a step are printed as one JSON line."""
@@ -343,6 +347,7 @@ def test_profile_step_profiles_only_the_steps_after_the_skipped_ones(tmp_path):
     assert figures["kernel_launches_a_step"] == 0  # a CPU launches no kernel
 
 
+@pytest.mark.slow
 def test_profile_step_profiles_another_trainers_step_by_its_callback():
     """--peer hf: HF Trainer's step-end callback steps the profiler, so the window holds exactly
     --active of its steps, and the tokens/s come from its clock's stamps."""
@@ -358,6 +363,7 @@ def test_profile_step_profiles_another_trainers_step_by_its_callback():
     assert "aten::mm" in done.stdout  # the peer's own step was profiled, not an empty window
 
 
+@pytest.mark.slow
 def test_profile_step_turns_the_switches_of_the_peer_variants():
     """--single and --checkpoint set the switches peer_trainers' children turn for
     ours-offload-single and ours-offload-reentrant / -hooks (here, in the profiling process)."""
@@ -420,6 +426,7 @@ def test_loss_chunk_names_a_bad_size_before_anything_runs(flag, value):
         f"loss_chunk.py: error: {flag}: comma-separated whole numbers above 0, not {value!r}")
 
 
+@pytest.mark.slow
 def test_host_cost_counts_fewer_operators_grouped_and_checks_the_gradients():
     """host_cost.py on the CPU at the tiny Qwen2 shape: every variant's gradients are as close
     to fp32's as peft's, each LoRA forward counts fewer operators a layer than the one before,

@@ -8,7 +8,7 @@ import copy
 import pytest
 import yaml
 
-from tests.conftest import FIXTURES, fixture_path
+from draslice.tests.conftest import FIXTURES, fixture_path
 
 SLICES = FIXTURES / "resourceslices"
 DRIVER = "gpu.nvidia.com"

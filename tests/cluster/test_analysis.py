@@ -23,7 +23,7 @@ from draslice.cluster.report import (
     PublishedSlice,
 )
 from draslice.cluster.templates import mig_claim_template, shared_gpu_claim_template
-from tests.cluster.conftest import claim, gpu, mig, rslice
+from draslice.tests.cluster.conftest import claim, gpu, mig, rslice
 
 MIG_1G = mig_claim_template("1g.10gb")
 
@@ -360,7 +360,7 @@ def test_published_slices_for_advise(snapshot_of):
 
 def test_published_slices_carry_the_sms_a_real_mig_device_publishes(snapshot_of):
     """The A100 dump's 1g.10gb publishes ``multiprocessors: "14"``: advise scales time by it."""
-    from tests.cluster.conftest import load_fixture_objects
+    from draslice.tests.cluster.conftest import load_fixture_objects
 
     found = published_slices(snapshot_of(*load_fixture_objects(
         "a100-80gb-mig-1g10gb.v1alpha3.list.yaml")))

@@ -11,7 +11,13 @@ import pytest
 
 from draslice.cluster.cel import CelCompileError, check_expression
 from draslice.errors import InvalidParameter
-from tests.cluster.conftest import analyze_objects, exactly, rslice, selected, template_with
+from draslice.tests.cluster.conftest import (
+    analyze_objects,
+    exactly,
+    rslice,
+    selected,
+    template_with,
+)
 
 DRIVER = "gpu.nvidia.com"
 DEVICE = "node-a/gpu-0"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cluster.conftest import (
+from draslice.tests.cluster.conftest import (
     ALL_FIXTURES,
     analyze_objects,
     exactly,

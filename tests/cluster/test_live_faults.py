@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from draslice.cli import main
 from draslice.cluster import live
-from tests.cluster.k8s_fake_server import FakeServer, kubeconfig, serve
+from draslice.tests.cluster.k8s_fake_server import FakeServer, kubeconfig, serve
 
 TOKEN = "s3cr3t-t0ken-value"
 

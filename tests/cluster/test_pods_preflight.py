@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from draslice.cli import main
-from tests.conftest import fixture_path
+from draslice.tests.conftest import fixture_path
 
 H100 = "resourceslices/h100-80gb-x8-two-nodes.k8s-1.35.list.yaml"
 

@@ -10,14 +10,14 @@ from click.testing import CliRunner
 
 from draslice.cli import main
 from draslice.cluster.templates import mig_claim_template
-from tests.cluster.conftest import (
+from draslice.tests.cluster.conftest import (
     ALL_FIXTURES,
     EXCERPT_NODES,
     claim,
     load_fixture_objects,
     write_snapshot,
 )
-from tests.conftest import fixture_path
+from draslice.tests.conftest import fixture_path
 
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100 80GB PCIe"
@@ -189,7 +189,7 @@ def test_help_explains_exit_codes_and_examples():
 # --- bad input: one clear line, exit 2 (issue 14), and the JSON contract in error cases -------
 
 def _one_slice(tmp_path, **pool_or_capacity):
-    from tests.cluster.conftest import gpu, rslice
+    from draslice.tests.cluster.conftest import gpu, rslice
 
     sl = rslice("node-a", [gpu("gpu-0", memory=pool_or_capacity.pop("memory", "81559Mi"))])
     sl["spec"]["pool"].update(pool_or_capacity)

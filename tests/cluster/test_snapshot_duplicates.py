@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from draslice.cli import main
 from draslice.cluster.templates import mig_claim_template
-from tests.cluster.conftest import load_fixture_objects, write_snapshot
-from tests.conftest import fixture_path
+from draslice.tests.cluster.conftest import load_fixture_objects, write_snapshot
+from draslice.tests.conftest import fixture_path
 
 FIXTURE = "h100-80gb-x8-two-nodes.k8s-1.35.list.yaml"  # two nodes of 8 GPUs each
 

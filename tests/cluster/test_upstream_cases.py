@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cluster.conftest import analyze_objects, claim, exactly, gpu, mig, rslice, template_with
+from draslice.tests.cluster.conftest import (
+    analyze_objects,
+    claim,
+    exactly,
+    gpu,
+    mig,
+    rslice,
+    template_with,
+)
 
 PRODUCT = 'device.attributes["gpu.nvidia.com"].productName'
 

@@ -14,7 +14,7 @@ from draslice.components.preflight import preflight
 from draslice.components.smoke import smoke
 from draslice.components.validate import validate
 from draslice.errors import InvalidParameter, ModelLoadError, ValidationFailed
-from tests.scratch import save_preset, write_demo_data
+from draslice.tests.scratch import save_preset, write_demo_data
 
 
 def _artifact(cls, tmp_path, name):

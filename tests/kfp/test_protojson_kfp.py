@@ -23,9 +23,9 @@ from kfp.kubernetes import kubernetes_executor_config_pb2 as released
 
 from draslice.pipelines.claim import ClaimMode
 from draslice.pipelines.variants import GPU_EXECUTORS, VARIANTS
-from tests import platform_spec
-from tests.conftest import REPO
-from tests.kfpserver import kfp_strict
+from draslice.tests import platform_spec
+from draslice.tests.conftest import REPO
+from draslice.tests.kfpserver import kfp_strict
 
 pytestmark = pytest.mark.kfp
 HERE = Path(__file__).parent / "protojsoncheck"

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from draslice.cli import main
-from tests.kfpserver.kfp_fake_server import FakeKfp
+from draslice.tests.kfpserver.kfp_fake_server import FakeKfp
 
 REPO = Path(__file__).resolve().parents[2]
 _ENV = ("KF_PIPELINES_ENDPOINT", "KF_PIPELINES_UI_ENDPOINT", "KFP_TOKEN",

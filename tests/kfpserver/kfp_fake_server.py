@@ -62,8 +62,8 @@ import kfp_server_api
 import yaml
 
 from draslice.kfp_ops.cron import RobfigError, robfig_parse
-from tests.kfp_workflow import workflow as compile_workflow
-from tests.kfpserver import kfp_strict as strict
+from draslice.tests.kfp_workflow import workflow as compile_workflow
+from draslice.tests.kfpserver import kfp_strict as strict
 
 API = "/apis/v2beta1"
 POD_NAMESPACE = "kubeflow"  # the API server's own namespace: where single-user runs go

@@ -7,8 +7,8 @@ import socket
 import pytest
 
 from draslice.kfp_ops import KfpConnection
-from tests.kfpserver.kfp_fake_server import FakeKfp
-from tests.kfpserver.kfp_tls import make_ca_and_server_cert
+from draslice.tests.kfpserver.kfp_fake_server import FakeKfp
+from draslice.tests.kfpserver.kfp_tls import make_ca_and_server_cert
 
 TOKEN = "tok-9f8e7d6c5b4a-SECRET"
 COOKIE = "authservice_session=cookie-1a2b3c-SECRET"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.kfpserver import kfp_strict
-from tests.kfpserver.kfp_fake_server import FakeKfp
+from draslice.tests.kfpserver import kfp_strict
+from draslice.tests.kfpserver.kfp_fake_server import FakeKfp
 
 REPO = Path(__file__).resolve().parents[2]
 API = "/apis/v2beta1"

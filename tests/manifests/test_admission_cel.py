@@ -9,7 +9,7 @@ import pytest
 from draslice.cluster.manifests import admission
 from draslice.cluster.manifests.podclaim import with_claim
 from draslice.cluster.names import CLAIM_LABEL
-from tests.manifests.admission_cel import PolicyRunner
+from draslice.tests.manifests.admission_cel import PolicyRunner
 
 TEMPLATE = "mig-1g-6gb"
 CEL_ENGINES = ("map-v1", "map-v1beta1", "kyverno")

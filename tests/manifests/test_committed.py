@@ -6,7 +6,7 @@ import pytest
 
 from draslice.cluster.manifests import committed
 from draslice.components.image import TRAINER_IMAGE
-from tests.conftest import REPO
+from draslice.tests.conftest import REPO
 
 MANIFESTS = REPO / "manifests"
 FILES = committed.files(TRAINER_IMAGE)

@@ -17,7 +17,7 @@ import pytest
 from draslice.cluster.manifests import admission
 from draslice.cluster.manifests.podclaim import with_claim
 from draslice.cluster.names import CLAIM_LABEL
-from tests.manifests.test_admission_cel import TEMPLATE, kfp_pod
+from draslice.tests.manifests.test_admission_cel import TEMPLATE, kfp_pod
 
 _VAR = re.compile(r"\{\{(.*?)\}\}")
 (POLICY,) = admission.admission_policy("kyverno-clusterpolicy")

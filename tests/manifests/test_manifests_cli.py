@@ -195,7 +195,7 @@ def test_image_references_of_the_registries_grammar_are_accepted():
 @pytest.mark.parametrize("args", [("all",), ("claim-templates", "--profile", "1g.6gb"),
                                   ("rbac",)])
 def test_a_read_only_out_folder_is_one_line_naming_it(args):
-    from tests.unwritable import read_only_folder
+    from draslice.tests.unwritable import read_only_folder
 
     runner = CliRunner()
     run("rbac")  # the command's modules imported while they can be read

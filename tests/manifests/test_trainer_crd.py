@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from draslice.cluster.manifests import committed, workloads
-from tests.realcluster.crds import CRD_SOURCES, module_dir
+from draslice.tests.realcluster.crds import CRD_SOURCES, module_dir
 
 IMAGE = "registry.example.com/draslice/trainer:0.1.0"
 

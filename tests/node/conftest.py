@@ -26,10 +26,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from tests.node import devices, summary
-from tests.node.runtime import Node, build_node_binaries
-from tests.realcluster.controlplane import CONTROLLERS, ControlPlane, build_binaries
-from tests.realcluster.kube import Kube
+from draslice.tests.node import devices, summary
+from draslice.tests.node.runtime import Node, build_node_binaries
+from draslice.tests.realcluster.controlplane import CONTROLLERS, ControlPlane, build_binaries
+from draslice.tests.realcluster.kube import Kube
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -7,8 +7,8 @@ import json
 import time
 from dataclasses import dataclass
 
-from tests.realcluster.kube import Kube, KubeError
-from tests.realcluster.pods import claim_of
+from draslice.tests.realcluster.kube import Kube, KubeError
+from draslice.tests.realcluster.pods import claim_of
 
 DONE = ("Succeeded", "Failed")
 

@@ -36,8 +36,13 @@ from pathlib import Path
 
 import yaml
 
-from tests.realcluster import certs
-from tests.realcluster.controlplane import ControlPlane, Process, die_with_parent, free_port
+from draslice.tests.realcluster import certs
+from draslice.tests.realcluster.controlplane import (
+    ControlPlane,
+    Process,
+    die_with_parent,
+    free_port,
+)
 
 NODE_NAME = "draslice-node"
 CGROUP_ROOT = "/draslice-node"

@@ -17,7 +17,7 @@ import pytest
 
 from draslice.cluster.allocator import SUPPORTED
 from draslice.components.image import trainer_image
-from tests.conftest import REPO
+from draslice.tests.conftest import REPO
 
 pytestmark = pytest.mark.node
 

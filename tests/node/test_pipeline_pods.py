@@ -17,10 +17,10 @@ import time
 import pytest
 
 from draslice.cluster.names import CLAIM_LABEL
-from tests.node import summary
-from tests.node.conftest import NAMESPACE, REPO
-from tests.node.kfp_pods import CompiledRun
-from tests.node.pods import container_spec, release, run_to_end
+from draslice.tests.node import summary
+from draslice.tests.node.conftest import NAMESPACE, REPO
+from draslice.tests.node.kfp_pods import CompiledRun
+from draslice.tests.node.pods import container_spec, release, run_to_end
 
 PIPELINE = REPO / "compiled" / "sft.policy.mig-1g-6gb.yaml"
 TEMPLATE = "mig-1g-6gb"
@@ -105,7 +105,7 @@ def test_every_container_ran_as_uid_1000_under_restricted(sft_run, node_cluster)
         assert spec["process"]["user"]["uid"] == 1000, task
         assert spec["process"]["noNewPrivileges"] is True, task
     # the namespace really enforces it: the same pod as root is refused at admission
-    from tests.realcluster.kube import KubeError
+    from draslice.tests.realcluster.kube import KubeError
 
     pod = sft_run["run"].pod("smoke", NAMESPACE, node_cluster.trainer_image).pod
     pod["metadata"]["name"] = "as-root"

@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from tests.node import devices
-from tests.node.conftest import NAMESPACE
-from tests.node.pods import allocated, wait_phase
-from tests.realcluster.pods import claim_of
+from draslice.tests.node import devices
+from draslice.tests.node.conftest import NAMESPACE
+from draslice.tests.node.pods import allocated, wait_phase
+from draslice.tests.realcluster.pods import claim_of
 
 TEMPLATE = "mig-1g-6gb"
 HOLD = ["python", "-c", "import time; time.sleep(3600)"]

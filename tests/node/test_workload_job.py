@@ -3,8 +3,8 @@ applied as an admin would, runs to completion on the real node with its claimed 
 
 from __future__ import annotations
 
-from tests.node.conftest import NAMESPACE, REPO, load
-from tests.node.pods import allocated, log_of, release
+from draslice.tests.node.conftest import NAMESPACE, REPO, load
+from draslice.tests.node.pods import allocated, log_of, release
 
 JOB = REPO / "manifests" / "40-workload.job.yaml"
 

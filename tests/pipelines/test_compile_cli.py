@@ -60,7 +60,7 @@ def test_image_option_names_the_image_in_every_task(tmp_path):
 
 
 def test_a_read_only_out_folder_is_one_line_naming_it():
-    from tests.unwritable import read_only_folder
+    from draslice.tests.unwritable import read_only_folder
 
     with read_only_folder() as folder:
         result = compile_("--template", "mig-1g-6gb", "--kind", "canary", "--out", str(folder))

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from draslice.cli import main
 from draslice.pipelines.variants import VARIANTS
-from tests.conftest import REPO
+from draslice.tests.conftest import REPO
 
 
 def compile_(*args: str):

@@ -8,8 +8,8 @@ from google.protobuf import json_format
 
 from draslice.pipelines.claim import CLAIM_LABEL, ClaimMode
 from draslice.pipelines.variants import GPU_EXECUTORS, VARIANTS, compile_all
-from tests import platform_spec
-from tests.conftest import REPO
+from draslice.tests import platform_spec
+from draslice.tests.conftest import REPO
 
 COMPILED = REPO / "compiled"
 

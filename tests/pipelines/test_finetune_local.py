@@ -9,7 +9,7 @@ from kfp import local
 
 from draslice.local import kfp_fixes
 from draslice.pipelines.finetune import pipeline as finetune
-from tests.scratch import save_preset, write_demo_data
+from draslice.tests.scratch import save_preset, write_demo_data
 
 # The whole pipeline: five tasks, each a fresh Python process importing torch (~25 s).
 pytestmark = pytest.mark.slow

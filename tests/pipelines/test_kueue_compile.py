@@ -9,9 +9,9 @@ from google.protobuf import json_format
 from draslice.cli import main
 from draslice.pipelines.claim import CLAIM_LABEL, NATIVE_FIELD, QUEUE_LABEL, bind_claim
 from draslice.pipelines.variants import GPU_EXECUTORS, VARIANTS
-from tests import platform_spec
-from tests.conftest import REPO
-from tests.pipelines.test_claim import _task
+from draslice.tests import platform_spec
+from draslice.tests.conftest import REPO
+from draslice.tests.pipelines.test_claim import _task
 
 
 def test_bind_claim_adds_the_queue_label_in_both_modes():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from google.protobuf import json_format
 
-from tests import platform_spec
+from draslice.tests import platform_spec
 
 
 def _parse(claim: dict):

@@ -13,7 +13,7 @@ import yaml
 from draslice.cluster.names import CLAIM_LABEL
 from draslice.components.image import DEFAULT_TRAINER_IMAGE
 from draslice.pipelines.variants import GPU_EXECUTORS
-from tests import kfp_workflow
+from draslice.tests import kfp_workflow
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY_FILES = sorted((REPO / "compiled").glob("*.policy.*.yaml"))

@@ -7,7 +7,7 @@ import json
 from click.testing import CliRunner
 
 from draslice.cli import main
-from tests.cluster.conftest import mig, rslice, write_snapshot
+from draslice.tests.cluster.conftest import mig, rslice, write_snapshot
 
 
 def _run(tmp_path, snapshot, *args):

@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.realcluster import summary
-from tests.realcluster.controlplane import ControlPlane, build_binaries
-from tests.realcluster.kube import Kube
-from tests.realcluster.nodes import FakeNodes
+from draslice.tests.realcluster import summary
+from draslice.tests.realcluster.controlplane import ControlPlane, build_binaries
+from draslice.tests.realcluster.kube import Kube
+from draslice.tests.realcluster.nodes import FakeNodes
 
 NAMESPACE = "kubeflow"
 HERE = Path(__file__).resolve().parent

@@ -39,8 +39,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.realcluster import certs
-from tests.realcluster.kube import Kube, KubeError
+from draslice.tests.realcluster import certs
+from draslice.tests.realcluster.kube import Kube, KubeError
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "cluster" / "build.sh"
 CONTROLLERS = ("resourceclaim-controller", "serviceaccount-controller",

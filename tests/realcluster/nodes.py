@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import threading
 
-from tests.realcluster.kube import Kube, KubeError
+from draslice.tests.realcluster.kube import Kube, KubeError
 
 HEARTBEAT_S = 5.0
 LEASE_S = 40

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 
 from draslice.cluster.manifests.podclaim import with_claim
-from tests.realcluster.kube import KubeError
-from tests.realcluster.scenarios import NAMESPACE
+from draslice.tests.realcluster.kube import KubeError
+from draslice.tests.realcluster.scenarios import NAMESPACE
 
 SETTLE_S = 1.0  # an unschedulable verdict must hold this long once the claim exists
 

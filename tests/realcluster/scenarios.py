@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from draslice.cluster.templates import mig_claim_template
-from tests.cluster.conftest import ALL_FIXTURES, load_fixture_objects
+from draslice.tests.cluster.conftest import ALL_FIXTURES, load_fixture_objects
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "kubeflow"

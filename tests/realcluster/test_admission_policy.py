@@ -23,8 +23,8 @@ import yaml
 
 from draslice.cluster.manifests.podclaim import with_claim
 from draslice.cluster.names import CLAIM_LABEL
-from tests import kfp_workflow
-from tests.realcluster.kube import KubeError
+from draslice.tests import kfp_workflow
+from draslice.tests.realcluster.kube import KubeError
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY_FILE = REPO / "manifests" / "30-admission-policy.map-v1.yaml"

@@ -20,10 +20,10 @@ from click.testing import CliRunner
 
 from draslice.cluster import live
 from draslice.cluster.templates import mig_claim_template
-from tests.realcluster.conftest import NAMESPACE, publish
-from tests.realcluster.controlplane import ControlPlane
-from tests.realcluster.pods import schedule
-from tests.realcluster.scenarios import committed_templates, publishable
+from draslice.tests.realcluster.conftest import NAMESPACE, publish
+from draslice.tests.realcluster.controlplane import ControlPlane
+from draslice.tests.realcluster.pods import schedule
+from draslice.tests.realcluster.scenarios import committed_templates, publishable
 
 REPO = Path(__file__).resolve().parents[2]
 H100 = "h100-80gb-x8-two-nodes.k8s-1.35.list.yaml"
@@ -42,7 +42,7 @@ def _text(kubeconfig, *args) -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def h100(cluster):
     """The two H100 nodes, our templates and RBAC, and one GPU taken by a pod in team-b."""
-    from tests.cluster.conftest import load_fixture_objects
+    from draslice.tests.cluster.conftest import load_fixture_objects
 
     kube = cluster.admin
     cluster.reset()

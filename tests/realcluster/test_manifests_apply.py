@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.realcluster.crds import crd_files
-from tests.realcluster.kube import KubeError
+from draslice.tests.realcluster.crds import crd_files
+from draslice.tests.realcluster.kube import KubeError
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"

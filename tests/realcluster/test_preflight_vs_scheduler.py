@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.realcluster import summary
-from tests.realcluster.conftest import publish
-from tests.realcluster.pods import schedule
-from tests.realcluster.scenarios import HOLDERS, NAMESPACE, scenarios, templates
+from draslice.tests.realcluster import summary
+from draslice.tests.realcluster.conftest import publish
+from draslice.tests.realcluster.pods import schedule
+from draslice.tests.realcluster.scenarios import HOLDERS, NAMESPACE, scenarios, templates
 
 MAX_ROUNDS = 20
 SCENARIOS = scenarios()

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.realcluster.conftest import NAMESPACE, publish
-from tests.realcluster.kube import KubeError
-from tests.realcluster.scenarios import committed_templates, publishable
+from draslice.tests.realcluster.conftest import NAMESPACE, publish
+from draslice.tests.realcluster.kube import KubeError
+from draslice.tests.realcluster.scenarios import committed_templates, publishable
 
 REPO = Path(__file__).resolve().parents[2]
 SA = "pipeline-runner"
@@ -24,7 +24,7 @@ GROUPS = ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}",
 
 @pytest.fixture(scope="module")
 def runner(cluster):
-    from tests.cluster.conftest import load_fixture_objects
+    from draslice.tests.cluster.conftest import load_fixture_objects
 
     cluster.reset()
     for doc in yaml.safe_load_all((REPO / "manifests" / "20-rbac.yaml").read_text()):

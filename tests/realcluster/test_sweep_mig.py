@@ -27,11 +27,11 @@ from draslice.cluster.templates import mig_claim_template
 from draslice.pipelines.claim import ClaimMode
 from draslice.pipelines.sweep.pipeline import DEFAULT_PARALLELISM
 from draslice.pipelines.variants import GPU_EXECUTORS, Variant, compile_variant
-from tests.cluster.conftest import load_fixture_objects
-from tests.realcluster.conftest import publish
-from tests.realcluster.pods import claim_of
-from tests.realcluster.scenarios import publishable
-from tests.realcluster.test_admission_policy import (
+from draslice.tests.cluster.conftest import load_fixture_objects
+from draslice.tests.realcluster.conftest import publish
+from draslice.tests.realcluster.pods import claim_of
+from draslice.tests.realcluster.scenarios import publishable
+from draslice.tests.realcluster.test_admission_policy import (
     OPTED_IN,
     _executors,
     _images,

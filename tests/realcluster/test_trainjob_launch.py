@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.realcluster.conftest import NAMESPACE
-from tests.realcluster.crds import crd_files
+from draslice.tests.realcluster.conftest import NAMESPACE
+from draslice.tests.realcluster.crds import crd_files
 
 REPO = Path(__file__).resolve().parents[2]
 SA = "pipeline-runner"

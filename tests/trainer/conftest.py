@@ -1,4 +1,4 @@
-"""Tiny Hugging Face model directories and datasets, written by tests.scratch.
+"""Tiny Hugging Face model directories and datasets, written by draslice.tests.scratch.
 
 Everything a real fine-tune loads (config, safetensors, tokenizer.json, chat template) is
 on disk, so the tests take the user's loading path with no download.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.scratch import save_preset, write_demo_data
+from draslice.tests.scratch import save_preset, write_demo_data
 
 
 @pytest.fixture(scope="session")
@@ -30,18 +30,6 @@ def demo_data(tmp_path_factory):
         "chat": write_demo_data(root / "chat.jsonl", "chat", 128),
         "datasets": write_demo_data(root / "saved", "datasets", 128),
     }
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    """One intra-op thread for the tiny models: on a busy 2-core machine OpenMP threads spin
-    against other processes and a 150k-parameter step takes 100x longer."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

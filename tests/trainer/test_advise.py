@@ -14,8 +14,6 @@ from draslice.errors import InvalidParameter
 from draslice.sizing.profiles import TABLE, SliceProfile, candidates, recommend
 from draslice.trainer import budget
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def test_table_covers_the_gpu_models_and_names_match_their_memory():
     assert set(GPU_CHOICES) == {"all", *TABLE}
@@ -112,7 +110,7 @@ def test_advise_bad_input_is_one_line(tmp_path):
 
 
 def test_advise_chooses_from_the_slices_a_cluster_dump_publishes(tmp_path):
-    from tests.cluster.conftest import claim, mig, rslice, write_snapshot
+    from draslice.tests.cluster.conftest import claim, mig, rslice, write_snapshot
 
     node = "worker-1"
     dump = write_snapshot(tmp_path / "dump.yaml", [
@@ -149,7 +147,7 @@ def test_advise_over_every_gpu_model_lists_each_models_boundary_unless_verbose()
 
 
 def test_advise_shows_the_chosen_profile_when_a_smaller_fit_has_none_free(tmp_path):
-    from tests.cluster.conftest import claim, mig, rslice, write_snapshot
+    from draslice.tests.cluster.conftest import claim, mig, rslice, write_snapshot
 
     dump = write_snapshot(tmp_path / "dump.yaml", [
         rslice("a100-node", [mig("gpu-0-mig-1g10gb-0", "1g.10gb", "9728Mi"),

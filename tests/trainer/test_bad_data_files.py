@@ -15,10 +15,9 @@ import sys
 
 import pytest
 
+from draslice.tests.trainer.test_bad_input import _cli, _one_error_line
 from draslice.trainer.data.examples import MAX_LINE_BYTES
-from tests.trainer.test_bad_input import _cli, _one_error_line
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 GOOD = json.dumps({"prompt": "a", "completion": "b"}) + "\n"
 
 

@@ -25,15 +25,13 @@ from click.testing import CliRunner
 
 from draslice.cli import main
 from draslice.errors import DrasliceError, InvalidParameter, OutputWriteError
+from draslice.tests.scratch import write_demo_data
 from draslice.trainer import checkpoint, fingerprint, outputs
 from draslice.trainer.config import FINETUNE_KNOBS, KNOBS, SFTConfig
 from draslice.trainer.outputs import CHECKPOINT_DIR, REFERENCE_FILE, RUN_FILE
 from draslice.trainer.presets import FINETUNE
 from draslice.trainer.sft import train
 from draslice.trainer.tasks.validate import check_adapter
-from tests.scratch import write_demo_data
-
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 QUIET = {"log": lambda _line: None}
 

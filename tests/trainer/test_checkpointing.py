@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import torch
 
+from draslice.tests.trainer.grads import param_grads, qwen2_lora
 from draslice.trainer.config import ModelShape
 from draslice.trainer.model import build_base, wrap_lora
 from draslice.trainer.speed import grad_checkpointing
-from tests.trainer.grads import param_grads, qwen2_lora
 
 
 def _lora_grads(checkpointed: bool, ids: torch.Tensor) -> tuple[dict, torch.nn.Module]:

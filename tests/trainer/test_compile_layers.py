@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from draslice.tests.trainer.grads import checkpointed_qwen2, lm_grads
 from draslice.trainer import speed
 from draslice.trainer.speed import offload, tiled_mlp
-from tests.trainer.grads import checkpointed_qwen2, lm_grads
 
 LAYERS = 4
 
@@ -25,6 +25,7 @@ def _model(offloaded: bool, tiled: bool) -> torch.nn.Module:
 
 @pytest.mark.parametrize(("offloaded", "tiled"), [(False, False), (True, False), (True, True)],
                          ids=["checkpointed", "offloaded", "offloaded-tiled"])
+@pytest.mark.slow
 def test_each_layer_compiles_inside_its_checkpoint_in_two_graphs_with_eager_gradients(
         monkeypatch, offloaded, tiled):
     """Compiling the body broke its graph at each layer (offload's saved-tensor hooks, which

@@ -92,7 +92,7 @@ def test_check_params_takes_a_compiled_pipelines_defaults_as_its_base():
     """KFP writes integer defaults as whole floats; they count as the integers they are."""
     import yaml
 
-    from tests.conftest import REPO
+    from draslice.tests.conftest import REPO
 
     spec = next(yaml.safe_load_all(
         (REPO / "compiled" / "finetune.policy.mig-1g-6gb.yaml").read_text()))

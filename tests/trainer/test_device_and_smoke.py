@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from draslice.errors import InvalidParameter
+from draslice.tests.conftest import requires_cuda
 from draslice.trainer import device as dev
 from draslice.trainer.tasks import smoke
-from tests.conftest import requires_cuda
 
 
 def test_cpu_is_described_truthfully():

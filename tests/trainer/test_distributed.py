@@ -32,7 +32,6 @@ from draslice.trainer.speed.loss import to_device
 STEPS, EVERY, KILL_AFTER, BATCH = 24, 4, 10, 6
 TOLERANCE = 1e-5  # the two all-reduced halves sum in another order than one process's batch
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _knobs(model: Path, data_file: Path, steps: int = STEPS) -> dict:

@@ -10,8 +10,6 @@ from transformers import AutoTokenizer
 from draslice.errors import DatasetError, InvalidParameter
 from draslice.trainer.data.examples import IGNORE, detect_format, load_examples, pack, split
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 @pytest.fixture(scope="module")
 def tok(tiny_llama):

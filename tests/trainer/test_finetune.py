@@ -24,8 +24,6 @@ from draslice.trainer.sft import train
 from draslice.trainer.speed.loss import causal_lm_loss, to_device
 from draslice.trainer.tasks.validate import check_adapter
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def _quiet(_line: str) -> None:
     pass

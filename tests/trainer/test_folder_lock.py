@@ -18,11 +18,10 @@ from pathlib import Path
 import pytest
 
 from draslice.errors import InvalidParameter
+from draslice.tests.trainer.test_bad_input import _cli, _one_error_line
 from draslice.trainer import folder_lock
 from draslice.trainer.folder_lock import LOCK_FILE
-from tests.trainer.test_bad_input import _cli, _one_error_line
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 DRASLICE = [sys.executable, "-c", "from draslice.cli import main; main()"]
 HOLD = ("import sys, time\n"

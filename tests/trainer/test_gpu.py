@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from draslice.errors import SliceOutOfMemory
+from draslice.tests.conftest import requires_cuda
+from draslice.tests.trainer.grads import largest_relative_distance
 from draslice.trainer import device as dev
 from draslice.trainer import loglines
 from draslice.trainer.config import ModelShape, SFTConfig
 from draslice.trainer.sft import train
 from draslice.trainer.speed import offload
-from tests.conftest import requires_cuda
-from tests.trainer.grads import largest_relative_distance
 
 pytestmark = [pytest.mark.gpu, requires_cuda]
 
@@ -105,7 +105,7 @@ def test_the_default_captures_a_packed_qwen2_body_with_liger_kernels(tmp_path, r
     when installed): the body is captured as a CUDA graph. Qwen2.5-1.5B's capture failed with
     make_graphed_callables' own warm-up on an H200; cuda_graph.GraphedBody now warms up
     itself, and says so when it had to fall back."""
-    from tests import scratch
+    from draslice.tests import scratch
 
     model = scratch.save_scratch_model(
         tmp_path / "qwen2", "qwen2", hidden_size=256, num_layers=4, num_heads=4,
@@ -239,8 +239,8 @@ def test_grouped_lora_projections_give_peft_gradients_on_the_gpu(bf16_base):
     """lora_fused's groups (q/k/v, gate/up in one call, our backward) under bf16 autocast and
     gradient checkpointing: peft's gradients within bf16 rounding, with the base matmuls inside
     the group's call (bf16 base) or before it (fp32 base, cast by autocast)."""
+    from draslice.tests.trainer.grads import checkpointed_qwen2
     from draslice.trainer.speed import lora_fused
-    from tests.trainer.grads import checkpointed_qwen2
 
     model = checkpointed_qwen2(layers=2)
     if bf16_base:

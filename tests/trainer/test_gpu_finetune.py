@@ -10,12 +10,12 @@ import torch
 from draslice.errors import SliceOutOfMemory
 from draslice.sizing.advise import advise
 from draslice.sizing.profiles import SliceProfile
+from draslice.tests.conftest import requires_cuda
+from draslice.tests.scratch import save_preset, save_scratch_model, write_demo_data
 from draslice.trainer import budget
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.sft import train
 from draslice.trainer.tasks.validate import check_adapter
-from tests.conftest import requires_cuda
-from tests.scratch import save_preset, save_scratch_model, write_demo_data
 
 pytestmark = [pytest.mark.gpu, requires_cuda]
 has_bnb = importlib.util.find_spec("bitsandbytes") is not None

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
+from draslice.tests.trainer.grads import largest_relative_distance, param_grads
 from draslice.trainer import build
 from draslice.trainer.config import ModelShape, SFTConfig
-from tests.trainer.grads import largest_relative_distance, param_grads
 
 SHAPE = ModelShape(vocab_size=64, n_layer=2, n_embd=32, n_head=2, seq_len=16)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from draslice.tests.trainer.grads import checkpointed_qwen2, param_grads
 from draslice.trainer.speed import lora_fused
-from tests.trainer.grads import checkpointed_qwen2, param_grads
 
 IDS = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
 

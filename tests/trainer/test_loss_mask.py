@@ -22,10 +22,10 @@ def test_only_padding_before_a_real_token_needs_the_mask(mask, needed):
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2"])
-def test_a_right_padded_batch_has_the_masked_loss_and_gradients(tmp_path, arch, one_thread):
+def test_a_right_padded_batch_has_the_masked_loss_and_gradients(tmp_path, arch):
     from transformers import AutoModelForCausalLM
 
-    from tests.scratch import save_scratch_model
+    from draslice.tests.scratch import save_scratch_model
 
     path = save_scratch_model(tmp_path / arch, arch, hidden_size=32, num_layers=2, num_heads=4,
                               num_kv_heads=2, intermediate_size=64, vocab_size=300,

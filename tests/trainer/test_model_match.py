@@ -17,11 +17,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from draslice.errors import ModelLoadError
+from draslice.tests.trainer.test_bad_input import _cli, _one_error_line
 from draslice.trainer.model import load_pretrained
 from draslice.trainer.model import match as model_match
-from tests.trainer.test_bad_input import _cli, _one_error_line
-
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _copy(model: Path, tmp_path: Path, name: str = "model") -> Path:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from draslice.tests.trainer.grads import checkpointed_base, lm_grads
 from draslice.trainer.config import ModelShape
 from draslice.trainer.speed import offload
-from tests.trainer.grads import checkpointed_base, lm_grads
 
 
 def test_every_checkpointed_layer_takes_the_offloading_function_and_grads_stay(monkeypatch):

@@ -21,7 +21,6 @@ from draslice.trainer.sft import train
 
 STEPS, EVERY, KILL_AFTER = 120, 10, 25
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _args(model, data) -> list[str]:

@@ -11,9 +11,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from draslice.cli import main
 from draslice.errors import InvalidParameter
-from tests.scratch import PRESETS, model_config, save_scratch_model
-
-pytestmark = pytest.mark.usefixtures("one_thread")
+from draslice.tests.scratch import PRESETS, model_config, save_scratch_model
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "mistral"])

@@ -95,6 +95,7 @@ def test_nan_loss_stops_with_a_message(tmp_path):
               log=lambda _line: None)
 
 
+@pytest.mark.slow
 def test_compiled_run_trains_like_the_eager_one(tmp_path):
     """torch.compile (inductor, here its C++ CPU backend) changes speed, not the training: same
     losses within float noise, same adapter file layout. reduce-overhead falls back on a CPU."""

@@ -11,12 +11,10 @@ from click.testing import CliRunner
 
 from draslice.cli import main
 from draslice.errors import InvalidParameter
+from draslice.tests.trainer.test_bad_input import _cli, _one_error_line
 from draslice.trainer import budget, device, input_checks
 from draslice.trainer.config import SFTConfig
 from draslice.trainer.loglines import GIB, gib
-from tests.trainer.test_bad_input import _cli, _one_error_line
-
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_a_rank_past_the_smallest_projection_is_refused_before_the_load(

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from draslice.tests.trainer.grads import checkpointed_base, lm_grads
 from draslice.trainer.config import ModelShape
 from draslice.trainer.model import build_base
 from draslice.trainer.speed import tiled_mlp
-from tests.trainer.grads import checkpointed_base, lm_grads
 
 
 @pytest.mark.parametrize(("tokens", "hidden", "intermediate", "tiles"), [

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from draslice.cli import main
+from draslice.tests.trainer.test_bad_input import _cli
 from draslice.trainer import distributed, sft
 from draslice.trainer.config import FINETUNE_KNOBS, KNOBS, SFTConfig
 from draslice.trainer.measure import StepFigures, speed, speed_of, steady_from
@@ -18,9 +19,6 @@ from draslice.trainer.outputs import RUN_FILE
 from draslice.trainer.presets import FINETUNE
 from draslice.trainer.tasks import report
 from draslice.trainer.tasks.validate import Verdict, read_records
-from tests.trainer.test_bad_input import _cli
-
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _config_line(output: str) -> str:
