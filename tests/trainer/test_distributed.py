@@ -21,10 +21,11 @@ from safetensors.torch import load_file
 from draslice.errors import InvalidParameter
 from draslice.trainer import checkpoint, distributed, loglines
 from draslice.trainer.build import data
-from draslice.trainer.config import SFTConfig
+from draslice.trainer.config import FINETUNE_KNOBS, SFTConfig
 from draslice.trainer.data.examples import IGNORE
 from draslice.trainer.loglines import SFT_OK_CPU
 from draslice.trainer.outputs import ADAPTER_DIR, CHECKPOINT_DIR, RUN_FILE
+from draslice.trainer.presets import FINETUNE
 from draslice.trainer.result import loss_drop
 from draslice.trainer.sft import train
 from draslice.trainer.speed.loss import to_device
@@ -37,15 +38,23 @@ TOLERANCE = 1e-5  # the two all-reduced halves sum in another order than one pro
 def _knobs(model: Path, data_file: Path, steps: int = STEPS) -> dict:
     # Prompt-completion rows: each process's share holds a different number of labelled
     # tokens, so an unweighted mean of the two losses would train another adapter.
+    # An fp32 base (the finetune preset's is bf16): TOLERANCE is fp32's reordered sums.
     return dict(model_dir=str(model), data=str(data_file), steps=steps, batch_size=BATCH,
                 max_length=48, eval_fraction=0.1, checkpoint_every=EVERY, log_every=5,
-                device="cpu")
+                device="cpu", bf16_weights=False)
+
+
+def _config(knobs: dict) -> SFTConfig:
+    """The config ``draslice train`` builds from these options (a model given: the finetune
+    preset where an option is not passed), for the in-process runs the torchrun ones match."""
+    return SFTConfig(**{**knobs, **FINETUNE.fill(knobs, FINETUNE_KNOBS)})
 
 
 def _cli(knobs: dict) -> list[str]:
-    flags = [f"--{k.replace('_', '-')}" for k in knobs]
+    flags = [k.replace("_", "-") for k in knobs]
     return [a for flag, v in zip(flags, knobs.values(), strict=True)
-            for a in ((flag,) if v is True else (flag, str(v)))]
+            for a in ((f"--{flag}",) if v is True else (f"--no-{flag}",) if v is False
+                      else (f"--{flag}", str(v)))]
 
 
 def _torchrun(out: Path, knobs: dict, nproc: int = 2) -> subprocess.Popen:
@@ -71,7 +80,7 @@ def one_process(tiny_gpt2, demo_data, tmp_path_factory):
     """The single-process run both slow tests compare with: (output folder, result)."""
     out = tmp_path_factory.mktemp("one-process")
     knobs = _knobs(tiny_gpt2, demo_data["prompt-completion"])
-    result = train(SFTConfig(**knobs), out, out / "metrics.jsonl", log=lambda _l: None)
+    result = train(_config(knobs), out, out / "metrics.jsonl", log=lambda _l: None)
     return out, result
 
 
@@ -242,7 +251,7 @@ def test_a_killed_rank_stops_the_job_and_a_rerun_resumes_on_another_world_size(
 
     # The rerun: one process, from the two processes' last whole checkpoint.
     lines: list[str] = []
-    resumed = train(SFTConfig(**knobs), out, metrics, log=lines.append)
+    resumed = train(_config(knobs), out, metrics, log=lines.append)
     assert f"[checkpoint] resumed at step {at} from {last}" in lines
     assert resumed.resumed_from_step == at > 0
     assert _worst(_adapter(out), _adapter(alone_dir)) <= TOLERANCE
@@ -276,7 +285,7 @@ def test_fsdp2_trains_the_adapter_one_process_trains_and_resumes_on_any_world_si
         return int(checkpoint.latest(out / CHECKPOINT_DIR).name.removeprefix(checkpoint.PREFIX))
 
     at = drop_last_checkpoint()  # written by the two sharded processes
-    resumed = train(SFTConfig(**knobs), out, out / "metrics.jsonl", log=lambda _l: None)
+    resumed = train(_config(knobs), out, out / "metrics.jsonl", log=lambda _l: None)
     assert resumed.resumed_from_step == at == STEPS - EVERY
     assert _worst(_adapter(out), _adapter(alone_dir)) <= TOLERANCE
 
