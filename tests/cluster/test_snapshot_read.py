@@ -9,7 +9,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from benchmarks.preflight_scale import generate
+from draslice.benchmarks.preflight_scale import generate
 from draslice.cli import main
 from draslice.cluster import snapshot as snapshot_mod
 from draslice.cluster.snapshot import SnapshotError, load_snapshot
