@@ -5,6 +5,9 @@ PY     := $(VENV)/bin/python
 # CPU wheel by default (CI, laptops); on a GPU host: make run TORCH=torch (a CUDA build).
 TORCH  ?= torch==2.13.0
 RUN_ARGS ?=
+# torch's wheels (about 3 GB), downloaded once per machine and installed from here: pip's own
+# cache keeps nothing where the index sends no cache headers. scripts/node/image.sh shares it.
+WHEELS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/draslice/wheels
 
 # The tests that `make test` leaves out: slow ones (the whole pipeline, wheels) run in
 # `make test-slow`; kfp, cluster and node ones need Go and run in their own targets.
@@ -23,7 +26,8 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.torch
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip uninstall -q -y torch 2>/dev/null || true
-	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip download -q --dest $(WHEELS) "$(TORCH)"
+	$(PY) -m pip install -q --no-index --find-links $(WHEELS) "$(TORCH)"
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
