@@ -26,6 +26,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from draslice.tests.markers import mark_folder
 from draslice.tests.node import devices, summary
 from draslice.tests.node.runtime import Node, build_node_binaries
 from draslice.tests.realcluster.controlplane import CONTROLLERS, ControlPlane, build_binaries
@@ -48,9 +49,7 @@ IMAGE_SCRIPTS = (REPO / "scripts" / "node" / "pause.sh", REPO / "scripts" / "nod
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects on the marker
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if Path(str(item.fspath)).resolve().is_relative_to(HERE):
-            item.add_marker(pytest.mark.node)
+    mark_folder(items, HERE, pytest.mark.node)
 
 
 def pytest_sessionfinish(session, exitstatus):

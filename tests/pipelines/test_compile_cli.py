@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from draslice.cli import main
 from draslice.components.image import DEFAULT_TRAINER_IMAGE
+from draslice.tests.refusals import one_line
 
 IMAGE = "registry.example.com/team/draslice-trainer:0.1.0"
 
@@ -16,13 +17,6 @@ def compile_(*args: str):
     return CliRunner().invoke(main, ["compile", *args])
 
 
-def _one_line(result, *needles: str) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    (line,) = result.output.splitlines()
-    for needle in needles:
-        assert needle in line, line
-    return line
 
 
 @pytest.mark.parametrize(("args", "words"), [
@@ -36,14 +30,14 @@ def _one_line(result, *needles: str) -> str:
 def test_bad_names_are_refused_before_any_file(tmp_path, args, words):
     out = tmp_path / "out"
     result = compile_("--template", "mig-1g-6gb", "--kind", "finetune", *args, "--out", str(out))
-    _one_line(result, words)
+    one_line(result, words)
     assert not out.exists()
 
 
 def test_another_image_never_goes_into_compiled(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = compile_("--image", IMAGE)
-    _one_line(result, "invalid out='compiled'", "choose one with --out",
+    one_line(result, "invalid out='compiled'", "choose one with --out",
               f"on {DEFAULT_TRAINER_IMAGE}")
     assert not (tmp_path / "compiled").exists()
 
@@ -65,4 +59,4 @@ def test_a_read_only_out_folder_is_one_line_naming_it():
     with read_only_folder() as folder:
         result = compile_("--template", "mig-1g-6gb", "--kind", "canary", "--out", str(folder))
         assert list(folder.iterdir()) == []
-    _one_line(result, f"invalid out='{folder}': cannot write there (Permission denied)")
+    one_line(result, f"invalid out='{folder}': cannot write there (Permission denied)")

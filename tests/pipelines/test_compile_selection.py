@@ -10,19 +10,13 @@ from click.testing import CliRunner
 from draslice.cli import main
 from draslice.pipelines.variants import VARIANTS
 from draslice.tests.conftest import REPO
+from draslice.tests.refusals import one_line
 
 
 def compile_(*args: str):
     return CliRunner().invoke(main, ["compile", *args])
 
 
-def _refused(result, *needles: str) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    (line,) = result.output.splitlines()
-    for needle in needles:
-        assert needle in line, line
-    return line
 
 
 @pytest.mark.parametrize(("args", "stems"), [
@@ -59,13 +53,13 @@ def test_mode_and_kind_pick_those_committed_files_byte_for_byte(tmp_path, args, 
 ])
 def test_a_choice_that_selects_nothing_is_one_line_before_any_file(tmp_path, args, words):
     out = tmp_path / "out"
-    _refused(compile_(*args, "--out", str(out)), *words)
+    one_line(compile_(*args, "--out", str(out)), *words)
     assert not out.exists()
 
 
 def test_another_volume_never_goes_into_compiled(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    _refused(compile_("--pvc", "team-llm"), "invalid out='compiled'",
+    one_line(compile_("--pvc", "team-llm"), "invalid out='compiled'",
              "choose another folder with --out")
     assert not (tmp_path / "compiled").exists()
 

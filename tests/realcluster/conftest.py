@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from draslice.tests.markers import mark_folder
 from draslice.tests.realcluster import summary
 from draslice.tests.realcluster.controlplane import ControlPlane, build_binaries
 from draslice.tests.realcluster.kube import Kube
@@ -36,9 +37,7 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects on the marker
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if Path(str(item.fspath)).resolve().is_relative_to(HERE):
-            item.add_marker(pytest.mark.cluster)
+    mark_folder(items, HERE, pytest.mark.cluster)
 
 
 def pytest_sessionfinish(session, exitstatus):
