@@ -48,7 +48,12 @@ def test_the_checkout_imports_only_as_draslice(request):
            if (p.suffix == ".py" or (p / "__init__.py").is_file())
            and p.stem not in ("__init__", "__main__")}
     assert {"trainer", "cluster", "errors", "tests", "benchmarks"} <= top  # the walk saw them
-    assert not top & set(sys.modules), f"imported by a bare name: {sorted(top & set(sys.modules))}"
+    assert not [p for p in sys.path if Path(p or ".").resolve() == REPO], sys.path
+    # pytest names the files it collects after the rootdir's folder ("main.tests.conftest"), or,
+    # where that folder is no identifier (a clone in "ci-clone"), as "tests.*": its own doing,
+    # not an import of this checkout by a bare name
+    bare = (top - {"tests"}) & set(sys.modules)
+    assert not bare, f"imported by a bare name: {sorted(bare)}"
 
 
 def test_every_modules_dotted_name_is_its_path():
