@@ -19,6 +19,7 @@ from importlib import metadata
 PACKAGES = (
     "torch", "transformers", "peft", "accelerate", "trl", "datasets", "bitsandbytes",
     "tokenizers", "safetensors", "huggingface-hub", "numpy", "pyarrow", "pandas", "kfp",
+    "liger-kernel", "unsloth", "unsloth-zoo",
     "draslice",
 )
 

@@ -173,10 +173,16 @@ SHAPES = {
     "qwen2.5-0.5b": Shape("qwen2", 896, 24, 14, 2, 4864, 151936, tied=True),
     "qwen2.5-1.5b": Shape("qwen2", 1536, 28, 12, 2, 8960, 151936, tied=True),
     "llama-7b": Shape("llama", 4096, 32, 32, 32, 11008, 32000, tied=False, quantized=True),
+    # The 8B users tune most: grouped KV heads, a 14,336-wide MLP and a 128,256-token vocabulary
+    # (the loss through the head weighs 4x the Llama-2 shape's).
+    "llama-3.1-8b": Shape("llama", 4096, 32, 32, 8, 14336, 128256, tied=False, quantized=True),
     "smoke": Shape("qwen2", 64, 2, 4, 2, 128, 512, tied=True),
 }
 # Batch searched downward under a cap (rows of --seq tokens), largest first.
 FIT_BATCHES = (64, 32, 24, 16, 12, 8, 6, 4, 3, 2, 1)
+# Every model is written with this many positions (or --seq's, if more), so one model
+# directory serves the long-sequence search (``--seqs``) as well.
+MAX_POSITIONS = 32768
 
 
 # ----------------------------------------------------------------------------------------
@@ -190,14 +196,15 @@ def prepare(shape_name: str, seq: int, root: Path, smoke: bool) -> dict:
     from draslice.tests.scratch import save_scratch_model
 
     shape = SHAPES[shape_name]
-    model_dir = root / shape_name
+    model_dir = root / f"{shape_name}-p{max(MAX_POSITIONS, seq)}"
     if not model_dir.exists():  # built aside and renamed: a killed run leaves no half model
-        partial = root / f".{shape_name}.partial"
+        partial = root / f".{model_dir.name}.partial"
         shutil.rmtree(partial, ignore_errors=True)
         save_scratch_model(
             partial, shape.arch, hidden_size=shape.hidden, num_layers=shape.layers,
             num_heads=shape.heads, num_kv_heads=shape.kv_heads, intermediate_size=shape.ffn,
-            vocab_size=shape.vocab, max_positions=max(4096, seq), tie_word_embeddings=shape.tied,
+            vocab_size=shape.vocab, max_positions=max(MAX_POSITIONS, seq),
+            tie_word_embeddings=shape.tied,
             device="cuda" if torch.cuda.is_available() and not smoke else "cpu",
         )
         partial.rename(model_dir)
@@ -206,7 +213,9 @@ def prepare(shape_name: str, seq: int, root: Path, smoke: bool) -> dict:
         rng = random.Random(0)
         words = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "slice",
                  "model", "adapter", "train"]
-        rows = (64 if smoke else 256) * seq // 200 + 8
+        # about 256 rows of seq tokens; past 2,048 tokens 32 rows (each child tokenizes the
+        # whole file, and a long-sequence attempt trains a handful of batch-1 steps)
+        rows = (64 if smoke else 256 if seq <= 2048 else 32) * seq // 200 + 8
         data.with_suffix(".partial").write_text("".join(
             json.dumps({"prompt": "text:", "completion": " " + " ".join(
                 rng.choice(words) for _ in range(200))}) + "\n" for _ in range(rows)))
@@ -244,6 +253,8 @@ class Clock:
         self.seen_at: dict[int, int] = {}
         self.on_step: Callable[[], None] | None = None
         """Called at each step's end by a peer's callback (profile_step.py steps its profiler)."""
+        self.first_step_at: float | None = None
+        """``time.time()`` when the first optimizer step had ended (a user's first loss line)."""
 
     def count_embedded_tokens(self) -> None:
         """Count the tokens of every training forward from here on (``tokens_seen``)."""
@@ -273,6 +284,12 @@ class Clock:
         return self.marks[self.last] - self.marks[self.warmup]
 
     def stamp(self, step: int) -> None:
+        if step == 1 and self.first_step_at is None:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.first_step_at = time.time()
         if step in (self.warmup, self.last):
             import torch
 
@@ -296,6 +313,10 @@ class Clock:
         return StepClock()
 
 
+# How our loop's log line for step 1 begins (``loglines.step_loss``; the first step always logs).
+FIRST_STEP_LINE = "{'loss': "
+
+
 def train_ours(ctx: dict, batch: int, checkpointing: bool, clock: Clock,
                 offload: bool = False, tile: bool = False, compile: str = "auto",  # noqa: A002
                 on_line: Callable[[str], None] | None = None) -> None:
@@ -305,6 +326,8 @@ def train_ours(ctx: dict, batch: int, checkpointing: bool, clock: Clock,
     def log(line: str) -> None:
         if on_line is not None:
             on_line(line)
+        if clock.first_step_at is None and line.startswith(FIRST_STEP_LINE):
+            clock.first_step_at = time.time()  # the loop logs step 1 as soon as it has its loss
         if line.startswith(("speed:", "[slice] activations", "[slice] offload", "[slice] MLP",
                             "[slice] gradient checkpointing")):
             print(line, flush=True)
@@ -461,7 +484,8 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
     except Exception as err:  # noqa: BLE001 -- an OOM is a result here, anything else too
         oom = isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
         what = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
-        return {"batch": batch, "oom": oom, "error": what}
+        return {"batch": batch, "seq": ctx["seq"], "oom": oom, "error": what,
+                **({"asked_gib": asked} if (asked := asked_gib(err)) else {})}
     finally:
         gc.collect()
         if torch.cuda.is_available():
@@ -477,10 +501,30 @@ def attempt(peer: str, ctx: dict, batch: int, checkpointing: bool, warmup: int, 
     retries = (torch.cuda.memory_stats().get("num_alloc_retries")
                if torch.cuda.is_available() else None)
     seen = clock.tokens_seen()
+    # From the process's start (imports included), as a user waits for them: the first loss
+    # line and the whole run. t0 is the parent's clock when it started this process.
+    t0 = ctx.get("t0")
+    since = {} if t0 is None else {
+        "process_s": time.time() - t0,
+        **({"first_step_s": clock.first_step_at - t0} if clock.first_step_at else {})}
     return {"batch": batch, "oom": False, "tokens_per_step": batch * ctx["seq"],
             "tokens_per_s": tokens / seconds, "peak_reserved_gib": peak, "run_s": run_s,
+            **since,
             "alloc_retries": retries, **({"notes": clock.notes} if clock.notes else {}),
             **({"tokens_seen": seen} if seen else {})}
+
+
+def asked_gib(err: BaseException) -> float | None:
+    """The size of the allocation that failed (torch's "Tried to allocate X GiB"), found in
+    ``err`` or what it was raised from (our loop explains an OOM in its own words)."""
+    import re
+
+    while err is not None:
+        found = re.search(r"Tried to allocate ([0-9.]+) (GiB|MiB)", str(err))
+        if found:
+            return float(found[1]) / (1024 if found[2] == "MiB" else 1)
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def use_switches(ours: Ours) -> None:
@@ -512,7 +556,8 @@ def set_up_process(ctx: dict) -> None:
 
     from draslice.trainer import device as dev
 
-    ctx["rows"] = packed_rows(ctx["model_dir"], ctx["data"], ctx["seq"])
+    if ctx.get("peer") not in OURS:  # our loop reads the data itself (its first step waits)
+        ctx["rows"] = packed_rows(ctx["model_dir"], ctx["data"], ctx["seq"])
     if torch.cuda.is_available() and not ctx["smoke"]:
         dev.apply_slice_cap(torch.device("cuda", 0), ctx["cap"])
 
@@ -527,7 +572,8 @@ def child_main(args: argparse.Namespace) -> None:
 
         enter_green_context(args.sms, args.sm_way)
     shape = SHAPES[args.shape]
-    ctx = {"shape": shape, "seq": args.seq, "smoke": args.smoke, **json.loads(args.inputs)}
+    ctx = {"shape": shape, "seq": args.seq, "smoke": args.smoke, "t0": args.t0, "peer": args.peer,
+           **json.loads(args.inputs)}
     cap_name = args.caps
     cap = ctx["cap"] = CAPS[cap_name]
     set_up_process(ctx)
@@ -546,30 +592,53 @@ def child_main(args: argparse.Namespace) -> None:
 # The parent: prepare, peak, one child per peer and cap group, the table.
 
 
+def ratio(run: dict | None, ref: dict | None) -> str:
+    """``run`` over ``ref``: tokens/s, then peak memory ("1.25x at 0.91x memory"); empty
+    where either did not train."""
+    if not (run and ref and run.get("tokens_per_s") and ref.get("tokens_per_s")
+            and run.get("fits", True) and ref.get("fits", True)):
+        return ""
+    speed = run["tokens_per_s"] / ref["tokens_per_s"]
+    mem = ((run.get("peak_reserved_gib") or 0) / ref["peak_reserved_gib"]
+           if ref.get("peak_reserved_gib") else None)
+    return f"{speed:.2f}x" + (f" at {mem:.2f}x memory" if mem is not None else "")
+
+
+# The peers every row of ours is held against, in the table's columns.
+REFERENCES = (("hf", "vs HF Trainer"), ("unsloth", "vs Unsloth"))
+
+
+def _seconds(run: dict, key: str) -> str:
+    return f"{run[key]:.1f} s" if run.get(key) is not None else ""
+
+
 def table(summary: dict) -> list[str]:
     shape, seq = summary["shape"], summary["seq"]
     flops = SHAPES[shape].flops(seq)
     peak = summary.get("peak_tflops")
-    # The whole attempt's wall time (model load, compilation or capture, every step) keeps a
-    # compile's one-off cost in view next to the steady tokens/s: `--warmup 1 --steps 199` is
-    # a 200-step run.
+    # The whole process's wall time (start, imports, model load, compilation or capture, every
+    # step) and its first loss line keep one-off costs in view next to the steady tokens/s:
+    # `--warmup 1 --steps 199` is a 200-step run.
     total = summary.get("warmup", 0) + summary.get("steps", 0)
+    refs = [(name, title) for name, title in REFERENCES if name in summary["peers"]]
     lines = [f"## {shape}, seq {seq}" + (f", {summary['sms']} SMs" if summary.get("sms") else ""),
              "", "| peer | cap | batch x seq | tokens/s | peak reserved GiB | MFU (LoRA) | "
-             f"vs HF Trainer | whole run, {total} steps |", "|---|---|---|---|---|---|---|---|"]
+             + "".join(f"{title} | " for _, title in refs)
+             + f"first step | whole process, {total} steps |",
+             "|---|---|---|---|---|---|" + "---|" * len(refs) + "---|---|"]
+    blank = " |" * (len(refs) + 4)
     for cap in summary["caps"]:
-        hf = (summary["peers"].get("hf", {}).get("runs", {}).get(cap) or {}).get("tokens_per_s")
         for peer, res in summary["peers"].items():
             run = (res.get("runs") or {}).get(cap)
             if not run:
-                lines.append(f"| {PEERS[peer]} | {cap} | | {res.get('error', 'not run')} | | | | |")
+                lines.append(f"| {PEERS[peer]} | {cap} | | {res.get('error', 'not run')} |"
+                             + blank)
                 continue
             if "tokens_per_s" not in run or not run.get("fits", True):
                 why = run.get("error", "did not fit")
-                lines.append(f"| {PEERS[peer]} | {cap} | none fits | {why[:120]} | | | | |")
+                lines.append(f"| {PEERS[peer]} | {cap} | none fits | {why[:120]} |" + blank)
                 continue
             m = mfu(flops.lora_per_token, run["tokens_per_s"], peak) if peak else None
-            ratio = f"{run['tokens_per_s'] / hf:.2f}x" if hf else ""
             seen = run.get("tokens_seen")
             timed = summary.get("steps", 0) * run["batch"] * seq
             saw = (f" (its model saw {seen:,} tokens, not {timed:,})"
@@ -577,12 +646,118 @@ def table(summary: dict) -> list[str]:
             each = ("" if "rounds" not in run else " (median; each: " + " / ".join(
                 f"{r['tokens_per_s']:,.0f}" if r.get("tokens_per_s") else "failed"
                 for r in run["rounds"]) + ")")
+            against = "".join(
+                (ratio(run, (summary["peers"][name].get("runs") or {}).get(cap))
+                 if peer != name else "") + " | " for name, _ in refs)
             lines.append(
                 f"| {PEERS[peer]} | {cap} | {run['batch']} x {seq} "
                 f"| {run['tokens_per_s']:,.0f}{each}{saw} "
-                f"| {run['peak_reserved_gib'] or 0:.2f} | {f'{m:.1%}' if m else ''} | {ratio} "
-                f"| {run['run_s']:.1f} s |")
-    return lines
+                f"| {run['peak_reserved_gib'] or 0:.2f} | {f'{m:.1%}' if m else ''} | {against}"
+                f"{_seconds(run, 'first_step_s')} | "
+                f"{_seconds(run, 'process_s') or _seconds(run, 'run_s')} |")
+    return lines + verdicts(summary)
+
+
+TARGET_RATIO = 1.2
+"""Issue 39's bar: ahead of Unsloth (and 2x HF Trainer) by at least this, at no more memory."""
+
+
+def verdicts(summary: dict) -> list[str]:
+    """One line per (our row, cap) against Unsloth and HF Trainer: met, or by how much not."""
+    out = []
+    for cap in summary["caps"]:
+        for peer in (p for p in summary["peers"] if p in OURS):
+            run = (summary["peers"][peer].get("runs") or {}).get(cap)
+            if not run or not run.get("tokens_per_s") or not run.get("fits", True):
+                continue
+            for name, bar in (("unsloth", TARGET_RATIO), ("hf", 2.0)):
+                ref = (summary["peers"].get(name, {}).get("runs") or {}).get(cap)
+                if ref is None:
+                    continue
+                title = PEERS[name]
+                if not ref.get("tokens_per_s") or not ref.get("fits", True):
+                    out.append(f"- {peer}, {cap}: {title} did not train here; ours did")
+                    continue
+                speed = run["tokens_per_s"] / ref["tokens_per_s"]
+                mem = ((run.get("peak_reserved_gib") or 0) / ref["peak_reserved_gib"]
+                       if ref.get("peak_reserved_gib") else None)  # None: on a CPU
+                over = mem is not None and mem > 1.0
+                met = speed >= bar and not over
+                why = [] if met else [
+                    *([f"{speed:.2f}x, short of {bar}x by {1 - speed / bar:.0%}"]
+                      if speed < bar else []),
+                    *([f"{mem:.2f}x its memory"] if over else [])]
+                first = ""
+                if run.get("first_step_s") and ref.get("first_step_s"):
+                    first = (f"; first step {run['first_step_s']:.1f} s / "
+                             f"{ref['first_step_s']:.1f} s, whole process "
+                             f"{run.get('process_s', 0):.1f} s / {ref.get('process_s', 0):.1f} s")
+                out.append(f"- {peer}, {cap}: >= {bar}x {title} at <= its memory: "
+                           + ("MET" if met else "NOT MET (" + ", ".join(why) + ")")
+                           + f" ({speed:.2f}x"
+                           + (f" at {mem:.2f}x memory" if mem is not None else "")
+                           + f"{first})")
+    return ["", *out] if out else []
+
+
+def name_allocation(shape: Shape, seq: int, gib: float) -> str:
+    """Which tensor of a batch-1 step of ``seq`` tokens a failed allocation of ``gib`` is
+    the size of (within 15%): what limits the longest sequence. Empty when none is."""
+    head_dim = shape.hidden // shape.heads
+    gb = 1024**3
+    sizes = {
+        "the MLP's intermediate activation (seq x ffn, bf16)": seq * shape.ffn * 2,
+        "the gate and up projections together (seq x 2 ffn, bf16)": seq * shape.ffn * 4,
+        "logits through the head (seq x vocab, bf16)": seq * shape.vocab * 2,
+        "logits through the head (seq x vocab, fp32)": seq * shape.vocab * 4,
+        "attention scores (heads x seq x seq, bf16): attention is not memory-efficient":
+            shape.heads * seq * seq * 2,
+        "a layer's hidden states (seq x hidden, fp32)": seq * shape.hidden * 4,
+        "the q/k/v projections (seq x (heads + 2 kv) x head_dim, bf16)":
+            seq * (shape.heads + 2 * shape.kv_heads) * head_dim * 2,
+    }
+    best = min(sizes, key=lambda k: abs(sizes[k] / gb - gib))
+    return best if abs(sizes[best] / gb - gib) <= 0.15 * gib else ""
+
+
+def long_table(summary: dict) -> list[str]:
+    """The long-sequence search: each peer's tokens/s and peak at every length it trained
+    (batch 1), the longest, and ours over Unsloth where both trained."""
+    shape = SHAPES[summary["shape"]]
+    seqs, peers = summary["seqs"], summary["long"]
+    lines = [f"## {summary['shape']}, batch 1, sequences {', '.join(f'{s:,}' for s in seqs)}",
+             "", "| cap | seq | peer | tokens/s | peak reserved GiB | vs Unsloth | first step |",
+             "|---|---|---|---|---|---|---|"]
+    longest = []
+    for cap in summary["caps"]:
+        for peer, by_seq in peers.items():
+            trained = [s for s in seqs if (by_seq.get(cap) or {}).get(str(s), {}).get("fits")]
+            failed = next((by_seq[cap][str(s)] for s in seqs
+                           if str(s) in (by_seq.get(cap) or {})
+                           and not by_seq[cap][str(s)].get("fits")), None)
+            limit = ""
+            if failed is not None:
+                limit = f"; at {failed['seq']:,}: {failed.get('error', 'did not fit')[:160]}"
+                what = name_allocation(shape, failed["seq"], failed.get("asked_gib") or 0)
+                limit += f" (that allocation is {what})" if what else ""
+            longest.append(f"- {peer}, {cap}: longest that trains "
+                           f"{max(trained):,}" if trained else f"- {peer}, {cap}: none trains")
+            longest[-1] += limit
+        for seq in seqs:
+            ref = (peers.get("unsloth", {}).get(cap) or {}).get(str(seq))
+            for peer, by_seq in peers.items():
+                run = (by_seq.get(cap) or {}).get(str(seq))
+                if run is None:
+                    continue
+                if not run.get("fits"):
+                    why = "out of memory" if run.get("oom") else run.get("error", "")[:80]
+                    lines.append(f"| {cap} | {seq:,} | {PEERS[peer]} | {why} | | | |")
+                    continue
+                lines.append(f"| {cap} | {seq:,} | {PEERS[peer]} | {run['tokens_per_s']:,.0f} | "
+                             f"{run['peak_reserved_gib'] or 0:.2f} | "
+                             f"{ratio(run, ref) if peer != 'unsloth' else ''} | "
+                             f"{_seconds(run, 'first_step_s')} |")
+    return [*lines, "", *longest]
 
 
 def main() -> None:
@@ -611,11 +786,18 @@ def main() -> None:
                         help="run every peer this many times (at the batch its first round "
                              "found), in the other order every other round; the table gives "
                              "the median tokens/s and each round's")
+    parser.add_argument("--seqs", help="the long-sequence search instead: batch 1 at each of "
+                        "these comma-separated lengths, shortest first, until one does not "
+                        "train (e.g. 4096,8192,16384,32768); --seq is ignored")
+    parser.add_argument("--long-tokens", type=int, default=131072,
+                        help="with --seqs: timed tokens of each attempt at least (more steps "
+                             "at the shorter lengths)")
     parser.add_argument("--json-out")
     # child mode
     parser.add_argument("--child-peer", dest="peer", help=argparse.SUPPRESS)
     parser.add_argument("--inputs", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
+    parser.add_argument("--t0", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.smoke:
         args.shape, args.warmup, args.steps = "smoke", 1, 2
@@ -633,16 +815,25 @@ def main() -> None:
     bad = sorted(set(peers) - set(PEERS)) + sorted(set(caps) - set(CAPS))
     if bad:
         parser.error(f"unknown {bad}; peers: {', '.join(PEERS)}; caps: {', '.join(CAPS)}")
+    try:
+        seqs = sorted({int(x) for x in args.seqs.split(",") if x.strip()}) if args.seqs else []
+    except ValueError:
+        parser.error(f"--seqs {args.seqs!r}: valid is comma-separated token counts, "
+                     "e.g. 4096,8192,16384")
+    if args.seqs and (not seqs or seqs[0] < 1):
+        parser.error(f"--seqs {args.seqs!r}: valid is comma-separated positive token counts")
+    if args.smoke and seqs:
+        seqs = [min(s, 64 * (i + 1)) for i, s in enumerate(seqs)]
     root = Path(args.model_root)
     root.mkdir(parents=True, exist_ok=True)
-    inputs = prepare(args.shape, args.seq, root, args.smoke)
+    inputs = {seq: prepare(args.shape, seq, root, args.smoke) for seq in seqs or [args.seq]}
     peak = args.peak_tflops
     if peak is None and not args.smoke:
         from draslice.benchmarks.compare_trainers import measure_peak_tflops
 
         peak = measure_peak_tflops("cuda")["tflops"]
         print(f"matmul peak: {peak:.4g} TFLOP/s", flush=True)
-    summary = {"shape": args.shape, "seq": args.seq, "caps": caps, "sms": args.sms,
+    summary = {"shape": args.shape, "seq": args.seq, "seqs": seqs, "caps": caps, "sms": args.sms,
                "warmup": args.warmup, "steps": args.steps,
                "peak_tflops": peak, "flops": SHAPES[args.shape].flops(args.seq).to_dict(),
                "peers": {}}
@@ -650,14 +841,17 @@ def main() -> None:
            "PYTHONUNBUFFERED": "1", "UNSLOTH_DISABLE_STATISTICS": "1"}
     with tempfile.TemporaryDirectory(prefix="peers-") as work:
 
-        def one(peer: str, cap: str, batch: int, again: int = 0) -> dict:
+        def one(peer: str, cap: str, batch: int, again: int = 0, seq: int = 0,
+                steps: int = 0) -> dict:
             """One attempt in a fresh process: its result, or what stopped the process."""
-            result = Path(work) / f"{peer}-{cap}-{batch}-{again}.json"
+            seq, steps = seq or args.seq, steps or args.steps
+            result = Path(work) / f"{peer}-{cap}-{batch}-{seq}-{again}.json"
             argv = [sys.executable, __file__, "--child-peer", peer, "--shape", args.shape,
-                    "--seq", str(args.seq), "--caps", cap, "--batch", str(batch),
-                    "--warmup", str(args.warmup), "--steps", str(args.steps),
+                    "--seq", str(seq), "--caps", cap, "--batch", str(batch),
+                    "--warmup", str(args.warmup), "--steps", str(steps),
                     "--sms", str(args.sms), "--sm-way", args.sm_way,
-                    "--inputs", json.dumps(inputs), "--result", str(result)]
+                    "--inputs", json.dumps(inputs[seq]), "--result", str(result),
+                    "--t0", repr(time.time())]
             if args.smoke:
                 argv.append("--smoke")
             outcome = run_child(argv, result, args.timeout_s, prefix=f"[{peer}] ", env=env)
@@ -665,9 +859,29 @@ def main() -> None:
             if run is not None:
                 return run
             tail = outcome.tail.strip().splitlines()
-            return {"batch": batch, "oom": False,
+            return {"batch": batch, "seq": seq, "oom": False,
                     "error": "timed out" if outcome.timed_out else
                     f"exit {outcome.returncode}" + (f": {tail[-1][:300]}" if tail else "")}
+
+        if seqs:
+            summary["long"] = {}
+            for peer in peers:
+                summary["long"][peer] = {cap: {} for cap in caps}
+                for cap in caps:
+                    for seq in seqs:  # shortest first: the first that does not train ends it
+                        run = one(peer, cap, 1, seq=seq, steps=long_steps(seq, args))
+                        run["fits"] = "tokens_per_s" in run and run.get("fits", True)
+                        run["seq"], run["steps"] = seq, long_steps(seq, args)
+                        summary["long"][peer][cap][str(seq)] = run
+                        if args.json_out:
+                            write_json(args.json_out, summary)
+                        if not run["fits"]:
+                            break
+            summary["table"] = long_table(summary)
+            if args.json_out:
+                write_json(args.json_out, summary)
+            print("\n".join(summary["table"]), flush=True)
+            return
 
         for peer in peers:
             runs: dict = {}
@@ -696,6 +910,13 @@ def main() -> None:
     if args.json_out:
         write_json(args.json_out, summary)
     print("\n".join(summary["table"]), flush=True)
+
+
+def long_steps(seq: int, args: argparse.Namespace) -> int:
+    """Timed steps of a long-sequence attempt: at least ``--steps``, and enough batch-1 steps
+    for ``--long-tokens`` tokens (a few short steps are too few to time; at 4,096 tokens
+    three timed steps gave 0.6x the rate of 8,192)."""
+    return max(args.steps, -(-args.long_tokens // seq))
 
 
 ROUND_KEYS = ("tokens_per_s", "peak_reserved_gib", "run_s", "error")
