@@ -7,7 +7,9 @@ GPU host without network). The steps, in this order: the environment's facts (GP
 library versions), the checked bf16 matmul peak (every MFU after it is against that figure),
 ``compare_trainers.py`` on the seed config and on the GPT-2-124M shape, ``fit_slice.py``'s
 1.5B LoRA and 7B QLoRA cases, ``peer_trainers.py`` on every shape and cap of the peer tables,
-``advise_time.py``, ``loss_chunk.py`` and ``sm_cap.py``.
+the 8B QLoRA shape, the long-sequence search, a 200-step run, ``loss_match.py`` (our loss
+curve against HF Trainer's at every speed setting), ``advise_time.py``, ``loss_chunk.py`` and
+``sm_cap.py``.
 
 After every step ``DIR/summary.json`` is rewritten (atomically) and ``DIR/results.md``
 regenerated from what finished, so a run stopped early keeps every figure it made;
@@ -106,6 +108,18 @@ STEPS = (
     _peers("peers_1.5b_2g.12gb", "qwen2.5-1.5b", 2048, "2g.12gb", CAPPED, "--fit-max", "24"),
     _peers("peers_7b_none", "llama-7b", 1024, "none", UNCAPPED),
     _peers("peers_7b_2g.12gb", "llama-7b", 1024, "2g.12gb", CAPPED, "--fit-max", "16"),
+    _peers("peers_8b_2g.12gb", "llama-3.1-8b", 2048, "2g.12gb", "ours-offload,unsloth",
+           "--fit-max", "8"),
+    # The longest sequence each trains at batch 1, and the speed where both do.
+    _peers("long_1.5b_1g.6gb", "qwen2.5-1.5b", 2048, "1g.6gb", "ours-offload,ours-tiled,unsloth",
+           "--seqs", "4096,8192,16384,32768", "--warmup", "2", "--steps", "3"),
+    _peers("long_1.5b_2g.12gb", "qwen2.5-1.5b", 2048, "2g.12gb", "ours-offload,ours-tiled,unsloth",
+           "--seqs", "4096,8192,16384,32768,65536", "--warmup", "2", "--steps", "3"),
+    # A 200-step run as a user starts it: the first loss line and the whole process.
+    _peers("short_0.5b_1g.6gb", "qwen2.5-0.5b", 1024, "1g.6gb", "ours-offload,unsloth",
+           "--fit-max", "16", "--warmup", "3", "--steps", "197"),
+    Step("loss_match", "loss_match.py", ("--jobs", "4"),
+         smoke=("--smoke", "--steps", "10", "--settings", "eager")),
     Step("advise_time", "advise_time.py",
          ("--shape", "qwen2.5-1.5b", "--seq", "2048", "--batch", "8", "--steps", "40"),
          smoke=("--smoke",)),
@@ -258,9 +272,9 @@ def results_markdown(summary: dict) -> str:
         lines += [f"Matmul peak (checked, {peak.get('dtype')} {peak.get('size')}^3): "
                   f"{_f(peak.get('tflops'), '.4g')} TFLOP/s", ""]
     lines += _compare_lines(steps_) + _fit_lines(steps_)
-    for name, step in steps_.items():  # peer_trainers' own tables, as it printed them
+    for step in steps_.values():  # peer_trainers' and loss_match's own tables, as printed
         table = (step.get("result") or {}).get("table")
-        if name.startswith("peers_") and table:
+        if table:
             lines += [*table, ""]
     lines += _advise_lines(steps_)
     for name, step in steps_.items():  # the scripts without a JSON result: their output

@@ -70,8 +70,10 @@ def knobs_to_try(cfg) -> list[Lever]:
                            "slower than checkpointing alone at the same batch",
                            {"gradient_checkpointing": True, "offload_activations": True}))
     if not getattr(cfg, "tile_mlp", False):
-        knobs.append(Lever("each layer's MLP runs a tile of tokens at a time; one more MLP "
-                           "forward", {"gradient_checkpointing": True, "tile_mlp": True}))
+        knobs.append(Lever("each layer's MLP runs a tile of tokens at a time, so its "
+                           "intermediate activations, a long sequence's largest, never exist "
+                           "whole; one more MLP forward",
+                           {"gradient_checkpointing": True, "tile_mlp": True}))
     if not cfg.bf16_weights and not cfg.load_in_4bit:
         knobs.append(Lever("halves the frozen base's weights", {"bf16_weights": True}))
     if cfg.batch_size > 1:

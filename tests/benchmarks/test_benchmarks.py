@@ -149,7 +149,7 @@ def test_gpu_all_smoke_end_to_end(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     steps = summary["steps"]
     assert list(steps) == ["env", "matmul", "compare_seed", "compare_gpt2_124m", "fit_1.5b",
-                           "fit_7b", "peers_0.5b_none", "advise_time"]
+                           "fit_7b", "peers_0.5b_none", "loss_match", "advise_time"]
     assert all(s["status"] == "OK" for s in steps.values()), steps
     assert steps["env"]["result"]["packages"]["torch"]
     assert steps["matmul"]["result"]["peak_matmul"]["ok"] is True
@@ -178,6 +178,8 @@ def test_gpu_all_smoke_end_to_end(tmp_path):
     md = (out / "results.md").read_text()
     assert "CPU --smoke" in md and "| seed | draslice SFT loop (default: auto) |" in md
     assert "\n".join(peers["table"]) in md
+    match = steps["loss_match"]["result"]
+    assert match["ok"] is True and "\n".join(match["table"]) in md
     advise = steps["advise_time"]["result"]
     assert f"({advise['step_ratio']:.3f}x)" in md
     assert "step compare_seed: OK" in (out / "gpu_all.log").read_text()
