@@ -177,3 +177,17 @@ def test_memory_levers_are_knobs_spelled_as_train_flags():
         for name in lever.changes:
             assert name in KNOBS and flag(name) in train_flags
             assert flag(name) in lever.flag.split()
+
+
+def test_a_long_sequence_at_batch_1_is_told_the_levers_that_make_it_fit():
+    """At batch 1 there is no batch to halve: what makes a long row fit is checkpointing, the
+    offloaded layer inputs and the MLP in tiles (its intermediate is a long row's largest
+    activation), then a shorter --max-length, in that order."""
+    from draslice.trainer.budget import knobs_to_try
+
+    levers = knobs_to_try(SFTConfig(model_dir="m", data="d", max_length=32768, batch_size=1,
+                                    bf16_weights=True))
+    assert [lever.flag for lever in levers] == [
+        "--gradient-checkpointing", "--gradient-checkpointing --offload-activations",
+        "--gradient-checkpointing --tile-mlp", "--load-in-4bit", "--max-length 16384"]
+    assert "a long sequence's largest" in levers[2].why
