@@ -89,9 +89,9 @@ from draslice.benchmarks.peer_trainers import (
 
 SEED = 0
 SMOKE_TOLERANCE = 2e-3
-"""``--smoke``'s tolerance (CPU, the tiny shape, 20 steps): there our settings differed from
-HF's curve by under 1e-4 and the control by 4e-2 at most (CPU, 2026-12), so the GPU's
-tolerance would leave the control check no room."""
+"""``--smoke``'s tolerance (CPU, fp32 sums, the tiny shape, a few steps): the control drifts
+far less there than a real shape on a GPU, so the GPU's tolerance would leave the control
+check no room, and CPU runs of one loss agree far more closely than bf16 GPU runs."""
 TOLERANCE = 2e-2
 """Largest absolute difference in any step's loss (nats) that still passes, on a GPU in bf16.
 
