@@ -76,13 +76,10 @@ from pathlib import Path
 
 from draslice.benchmarks.childproc import kill_children_on_term, run_child, write_json
 from draslice.benchmarks.peer_trainers import (
-    LEARNING_RATE,
-    LORA_ALPHA,
-    LORA_R,
     SHAPES,
-    TARGETS,
     Ours,
     _trainer_args,
+    ours_config,
     prepare,
     use_switches,
 )
@@ -286,22 +283,13 @@ def control_check(control: Match | None, tolerance: float) -> str:
 def run_config(ctx: dict, seed: int, setting: Setting | None = None):
     """The ``SFTConfig`` of a run: ours with ``setting``'s levers, or the HF run's (the same
     model, data, LoRA and optimisation knobs; its speed knobs are never read)."""
-    from draslice.trainer.sft import SFTConfig
-
     checkpointing = bool(setting and setting.checkpointing)
-    return SFTConfig(
-        model_dir=ctx["model_dir"], data=ctx["data"], data_format="prompt-completion",
-        max_length=ctx["seq"], pack=True, batch_size=ctx["batch"], steps=ctx["steps"],
-        lora_r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
-        lora_targets=",".join(TARGETS), learning_rate=LEARNING_RATE, weight_decay=0.0,
-        lr_schedule="constant", warmup_steps=0, seed=seed,
-        log_every=max(1, ctx["steps"] // 10), bf16_weights=True, precision="bf16",
-        gradient_checkpointing=checkpointing,
-        offload_activations=bool(setting and setting.ours.offload and checkpointing),
-        tile_mlp=bool(setting and setting.ours.tile and checkpointing),
+    return ours_config(
+        ctx, ctx["batch"], ctx["steps"], checkpointing=checkpointing,
+        offload=bool(setting and setting.ours.offload), tile=bool(setting and setting.ours.tile),
         compile=setting.ours.compile if setting else "off",
-        device="cpu" if ctx["smoke"] else "cuda",
-    )
+        lora_dropout=0.0, weight_decay=0.0, lr_schedule="constant", warmup_steps=0, seed=seed,
+        log_every=max(1, ctx["steps"] // 10), precision="bf16")
 
 
 @contextmanager

@@ -318,11 +318,31 @@ class Clock:
 FIRST_STEP_LINE = loglines.step_loss(1, 0.0, 0).partition(" ")[0] + " "
 
 
+def ours_config(ctx: dict, batch: int, steps: int, *, checkpointing: bool = False,
+                offload: bool = False, tile: bool = False, compile: str = "auto",  # noqa: A002
+                **knobs):
+    """The ``SFTConfig`` our loop trains at a prepared shape (``ctx``: :func:`prepare`'s
+    paths plus ``shape``, ``seq`` and ``smoke``) with the peers' LoRA and learning rate, and
+    the speed levers asked for; ``knobs``: any other field (seed, schedule, log cadence).
+    One builder, so that the loss comparison trains what the speed table times."""
+    from draslice.trainer.sft import SFTConfig
+
+    shape = ctx["shape"]
+    return SFTConfig(**{
+        "model_dir": ctx["model_dir"], "data": ctx["data"], "data_format": "prompt-completion",
+        "max_length": ctx["seq"], "pack": True, "batch_size": batch, "steps": steps,
+        "lora_r": LORA_R, "lora_alpha": LORA_ALPHA, "lora_targets": ",".join(TARGETS),
+        "learning_rate": LEARNING_RATE, "bf16_weights": not shape.quantized,
+        "load_in_4bit": shape.quantized, "gradient_checkpointing": checkpointing,
+        "offload_activations": offload and checkpointing, "tile_mlp": tile and checkpointing,
+        "compile": compile, "device": "cpu" if ctx["smoke"] else "cuda", **knobs})
+
+
 def train_ours(ctx: dict, batch: int, checkpointing: bool, clock: Clock,
                 offload: bool = False, tile: bool = False, compile: str = "auto",  # noqa: A002
                 on_line: Callable[[str], None] | None = None) -> None:
     """``on_line``: every line the loop logs (profile_step.py steps its profiler on them)."""
-    from draslice.trainer.sft import SFTConfig, train
+    from draslice.trainer.sft import train
 
     def log(line: str) -> None:
         if on_line is not None:
@@ -334,15 +354,9 @@ def train_ours(ctx: dict, batch: int, checkpointing: bool, clock: Clock,
             print(line, flush=True)
             clock.notes.append(line)
 
-    shape = ctx["shape"]
-    cfg = SFTConfig(
-        model_dir=ctx["model_dir"], data=ctx["data"], data_format="prompt-completion",
-        max_length=ctx["seq"], pack=True, batch_size=batch, steps=clock.last,
-        lora_r=LORA_R, lora_alpha=LORA_ALPHA, lora_targets=",".join(TARGETS),
-        learning_rate=LEARNING_RATE, log_every=1, bf16_weights=not shape.quantized,
-        load_in_4bit=shape.quantized, gradient_checkpointing=checkpointing,
-        offload_activations=offload and checkpointing, tile_mlp=tile and checkpointing,
-        compile=compile, device="cuda" if not ctx["smoke"] else "cpu",
+    cfg = ours_config(
+        ctx, batch, clock.last, checkpointing=checkpointing, offload=offload, tile=tile,
+        compile=compile, log_every=1,
         # The loop sets the process's memory fraction itself (0: the whole device), so the
         # cap is given to it; otherwise it would lift the cap the child set.
         slice_memory_gib=ctx["cap"] if not ctx["smoke"] else 0.0,
