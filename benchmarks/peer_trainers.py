@@ -328,14 +328,14 @@ def ours_config(ctx: dict, batch: int, steps: int, *, checkpointing: bool = Fals
     from draslice.trainer.sft import SFTConfig
 
     shape = ctx["shape"]
-    return SFTConfig(**{
-        "model_dir": ctx["model_dir"], "data": ctx["data"], "data_format": "prompt-completion",
-        "max_length": ctx["seq"], "pack": True, "batch_size": batch, "steps": steps,
-        "lora_r": LORA_R, "lora_alpha": LORA_ALPHA, "lora_targets": ",".join(TARGETS),
-        "learning_rate": LEARNING_RATE, "bf16_weights": not shape.quantized,
-        "load_in_4bit": shape.quantized, "gradient_checkpointing": checkpointing,
-        "offload_activations": offload and checkpointing, "tile_mlp": tile and checkpointing,
-        "compile": compile, "device": "cpu" if ctx["smoke"] else "cuda", **knobs})
+    return SFTConfig(
+        model_dir=ctx["model_dir"], data=ctx["data"], data_format="prompt-completion",
+        max_length=ctx["seq"], pack=True, batch_size=batch, steps=steps,
+        lora_r=LORA_R, lora_alpha=LORA_ALPHA, lora_targets=",".join(TARGETS),
+        learning_rate=LEARNING_RATE, bf16_weights=not shape.quantized,
+        load_in_4bit=shape.quantized, gradient_checkpointing=checkpointing,
+        offload_activations=offload and checkpointing, tile_mlp=tile and checkpointing,
+        compile=compile, device="cpu" if ctx["smoke"] else "cuda", **knobs)
 
 
 def train_ours(ctx: dict, batch: int, checkpointing: bool, clock: Clock,
