@@ -25,6 +25,9 @@ Peers, each in a fresh process per (peer, cap group):
   ``trainer/speed/lora_fused.py``'s one-matmul sum (what that change is worth, in one run);
 - ``ours-offload-single``: ``ours-offload`` with every LoRA projection computed alone
   (``lora_fused``'s ``group=False``: what computing q/k/v and gate/up in one call is worth);
+- ``ours-offload-epilogue``: ``ours-offload`` with the LoRA update always added in the
+  matmul's epilogue, never stacked into the base matmul's inner dimension (what the stacking,
+  ``lora_fused.STACK_MIN_ELEMENTS``, is worth);
 - ``ours-offload-reentrant`` / ``ours-offload-hooks``: ``ours-offload`` under torch's
   reentrant checkpoint, or its non-reentrant one (saved-tensor hooks), whatever the model
   (``grad_checkpointing.REENTRANT``; the loop's own choice, ``grad_checkpointing.choose``, takes
@@ -99,6 +102,7 @@ class Ours:
     compile: str = "auto"
     peft_forward: bool = False  # peft's own LoRA forward, not trainer/speed/lora_fused.py's
     lora_groups: bool = True  # lora_fused's q/k/v and gate/up in one call each
+    lora_stacked: bool = True  # lora_fused's stacked inner dimension where a call is large
     reentrant: bool | None = None  # grad_checkpointing.REENTRANT (None: the loop chooses)
     chunked_loss: bool = False  # loss.py's compiled chunks, not Liger's fused linear CE
     liger_chunk_mem: int | None = None  # loss.LIGER_CHUNK_MEM (None: loss.liger_chunk_mem)
@@ -114,6 +118,9 @@ OURS = {
                               offload=True, peft_forward=True),
     "ours-offload-single": Ours("draslice SFT loop + offload_activations, no LoRA groups",
                                 offload=True, lora_groups=False),
+    "ours-offload-epilogue": Ours("draslice SFT loop + offload_activations, the LoRA update "
+                                  "in the matmul's epilogue only (never stacked)", offload=True,
+                                  lora_stacked=False),
     "ours-offload-reentrant": Ours("draslice SFT loop + offload_activations, reentrant "
                                    "checkpoint", offload=True, reentrant=True),
     "ours-offload-hooks": Ours("draslice SFT loop + offload_activations, non-reentrant "
@@ -551,6 +558,8 @@ def use_switches(ours: Ours) -> None:
         lora_fused.fused = _peft_forward
     elif not ours.lora_groups:
         lora_fused.fused = partial(lora_fused.fused, group=False)
+    if not ours.lora_stacked:
+        lora_fused.STACK_MIN_ELEMENTS = 1 << 62
     grad_checkpointing.REENTRANT = ours.reentrant
     loss.LIGER_CHUNK_MEM = ours.liger_chunk_mem
     if ours.chunked_loss:  # apply_liger marks the head under a name loss.py ignores

@@ -1,6 +1,8 @@
 """lora_fused's groups: q/k/v and gate/up computed in one call with a backward of our own give
 peft's outputs and gradients, whatever order or input the members are called with, and the
-weights' casts follow every optimizer step."""
+weights' casts follow every optimizer step; each with the update added in the matmul's
+epilogue and with the inner dimension stacked (``lora_fused._stacked``), whichever a call's
+size picks."""
 
 from __future__ import annotations
 
@@ -11,6 +13,19 @@ from draslice.tests.trainer.grads import checkpointed_qwen2, param_grads
 from draslice.trainer.speed import lora_fused
 
 IDS = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture(params=["epilogue", "stacked"])
+def stacking(request, monkeypatch):
+    """Every call of the test stacks the inner dimension, or none does; checked after it."""
+    stacked = request.param == "stacked"
+    monkeypatch.setattr(lora_fused, "STACK_MIN_ELEMENTS", 0 if stacked else 1 << 62)
+    monkeypatch.setattr(lora_fused, "STACK_MIN_WIDTH_RATIO", 0.0)
+    calls = []
+    real = lora_fused._stacked
+    monkeypatch.setattr(lora_fused, "_stacked", lambda *a: calls.append(1) or real(*a))
+    yield
+    assert bool(calls) == stacked, f"{request.param}: {len(calls)} stacked weights built"
 
 
 def _lm_step(model: torch.nn.Module) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -35,6 +50,7 @@ def type_name(model: torch.nn.Module, module: torch.nn.Module) -> str:
 
 
 @pytest.mark.parametrize("group", [True, False])
+@pytest.mark.usefixtures("stacking")
 def test_grouped_and_single_calls_give_peft_gradients_in_fp32(group):
     """Gradient checkpointing on, so the groups also run in the recompute; the first layer's
     input (the frozen embeddings' output) needs no gradient, the others' do."""
@@ -55,6 +71,7 @@ def _attention_projections(model):
     return attn.q_proj, attn.k_proj, attn.v_proj
 
 
+@pytest.mark.usefixtures("stacking")
 def test_a_member_called_with_another_input_or_left_uncalled_is_still_right():
     """k called with another tensor computes alone; v never called: its output's gradient is
     missing from the group's backward, and its LoRA weights get zeros."""
@@ -102,6 +119,7 @@ def test_the_casts_follow_every_optimizer_step(fused_adamw):
                 assert not torch.allclose(q(x), before, rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.usefixtures("stacking")
 def test_siblings_of_other_ranks_stand_alone_and_train_like_peft():
     """peft's rank_pattern gives k_proj another rank: q/k/v do not group (their B weights would
     not stack) while gate/up still do, and the gradients are peft's."""
@@ -126,3 +144,24 @@ def test_siblings_of_other_ranks_stand_alone_and_train_like_peft():
     torch.testing.assert_close(loss, peft_loss)
     for name, grad in peft_grads.items():
         torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_stacking_in_bf16_is_as_close_to_fp32_as_the_epilogue(monkeypatch):
+    """Over a bf16 base under bf16 autocast (the loop's case) ``s B`` is rounded into the
+    stacked weight, where the epilogue scales in the accumulator: the gradients must stay as
+    close to an fp32 run's as the epilogue's are."""
+    reference = checkpointed_qwen2(layers=2)
+    _, exact = _lm_step(reference)
+    model = checkpointed_qwen2(layers=2)
+    for param in model.parameters():
+        if not param.requires_grad:
+            param.data = param.data.bfloat16()
+    monkeypatch.setattr(lora_fused, "STACK_MIN_WIDTH_RATIO", 0.0)
+    drift = {}
+    for name, threshold in (("epilogue", 1 << 62), ("stacked", 0)):
+        monkeypatch.setattr(lora_fused, "STACK_MIN_ELEMENTS", threshold)
+        with lora_fused.fused(model), torch.autocast("cpu", dtype=torch.bfloat16):
+            _, grads = _lm_step(model)
+        drift[name] = max(float((grads[k] - g).norm() / g.norm()) for k, g in exact.items())
+    assert drift["stacked"] < 0.1, drift
+    assert drift["stacked"] <= 1.25 * drift["epilogue"], drift

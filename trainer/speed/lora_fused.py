@@ -20,6 +20,17 @@ reused by the recompute of gradient checkpointing (:class:`_Plan`). A frozen bas
 4-bit, is multiplied inside the same call (:class:`_Base`), so its input gradient needs no sum
 of its own either. ``benchmarks/host_cost.py`` counts the operators.
 
+Even in the matmul's epilogue, adding the update costs a matmul of inner size r (16) that reads
+and writes the whole output, and its backward reads the output's gradient once more for
+``s g B``: at 16,384 tokens a gate or up projection's output is 290 MB, and in a profile of the
+Qwen2.5-1.5B step in a 5.75 GiB slice on an H100 these thin matmuls took about 15% of the
+step. Over a plain bf16 base, a large call whose outputs are wider than its input (gate/up)
+instead stacks the inner dimension (:func:`_stacked`): ``[x | x A^T] [W^T ; s B^T]`` is the
+base matmul with r more columns and one pass over the output, and the same stacking in
+backward gives ``g W`` and ``s g B`` from one read of ``g``. The stacked weight is built for
+each use (a copy of ``W``, far smaller than the output at these rows) and never kept, so it
+holds no memory between the calls.
+
 Only while the loop trains under bf16 autocast (``build.Training.lora_inputs_uncast``), and only
 for plain LoRA (one active adapter, no dropout, not merged, no DoRA or other variant, no
 per-call arguments): anything else, and every forward outside the loop, is peft's own.
@@ -47,6 +58,18 @@ SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 # Whether this torch has the matmul that writes fp32 from bf16 inputs (``mm.dtype``, CUDA only).
 _MM_OUT_DTYPE = "dtype" in torch.ops.aten.mm.overloads()
 
+STACK_MIN_ELEMENTS = 1 << 24
+"""A call stacks the inner dimension (:func:`_stacked`) when its rows times its members' output
+widths reach this many elements, and those widths are :data:`STACK_MIN_WIDTH_RATIO` times its
+input's. Below this size the few launches the stacking adds (copies of the input and of each
+weight) cost about what the saved passes do at an H100's 3 TB/s, and the step of a small model
+is bound by launching kernels."""
+STACK_MIN_WIDTH_RATIO = 2.0
+"""Stacking saves two passes over the outputs in forward and one over their gradients in
+backward, and costs two over the input (copied beside ``x A^T``) in forward and two over its
+gradient (made contiguous) in backward: worth it where the outputs are the wider, a Llama or
+Qwen layer's gate/up (8,960 x 2 against 1,536 at Qwen2.5-1.5B), not its down projection."""
+
 
 @dataclass(eq=False)
 class _Plan:
@@ -71,6 +94,9 @@ class _Plan:
     """Each member's frozen base, when the base matmuls run inside the group's own call;
     None when each member's base output is an input (base layers of other kinds)."""
     dtype: torch.dtype
+    stackable: bool = False
+    """Every base is a plain ``nn.Linear`` inside the call, so a large call may stack the
+    inner dimension (:func:`_stacked`); a 4-bit base is dequantised for each use instead."""
     ranks: list[slice] = field(init=False)
     """Each member's columns of ``x A^T`` (its rows of ``a``)."""
     outs: list[slice] = field(init=False)
@@ -164,23 +190,38 @@ class _LoRAGroup(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, plan: _Plan, a: torch.Tensor, b_t: list[torch.Tensor], x: torch.Tensor,
-                *tensors: torch.Tensor):
+    def forward(ctx, plan: _Plan, a: torch.Tensor, b_t: list[torch.Tensor], stack: bool,
+                x: torch.Tensor, *tensors: torch.Tensor):
+        ctx.plan, ctx.a, ctx.b_t, ctx.stack = plan, a, b_t, stack
+        if stack:  # [x | x A^T] against each member's [W^T ; s B^T]: one pass over its output
+            width = x.shape[1]
+            inputs = x.new_empty(x.shape[0], width + a.shape[0])
+            inputs[:, :width].copy_(x)
+            torch.mm(x, a.t(), out=inputs[:, width:])
+            outs = []
+            for i, base in enumerate(plan.bases):
+                weight, bias = _stacked(plan, i, b_t[i]), base.layer.bias
+                outs.append(torch.mm(inputs, weight.t()) if bias is None
+                            else torch.addmm(bias, inputs, weight.t()))
+                del weight
+            ctx.save_for_backward(inputs)
+            return tuple(outs)
         n = len(plan.ranks)
         low = x @ a.t()  # every member's x A^T, in one matmul
         outs = []
         for i, cols in enumerate(plan.ranks):
             base = tensors[2 * n + i] if plan.bases is None else plan.bases[i].forward(x)
             outs.append(torch.addmm(base, low[:, cols], b_t[i], alpha=plan.scalings[i]))
-        ctx.plan, ctx.a, ctx.b_t = plan, a, b_t
         ctx.save_for_backward(x, low)
         return tuple(outs)
 
     @staticmethod
     def backward(ctx, *grads: torch.Tensor | None):
+        if ctx.stack:
+            return _LoRAGroup.stacked_backward(ctx, grads)
         plan: _Plan = ctx.plan
         x, low = ctx.saved_tensors
-        x_needed = ctx.needs_input_grad[3]
+        x_needed = ctx.needs_input_grad[4]
         # u^T = s B^T g^T for every member, stacked: the gradient of x A^T, transposed, so that
         # each member's rows are one contiguous block (the matmul writes it in place).
         u_t = x.new_empty(low.shape[1], x.shape[0])
@@ -210,9 +251,61 @@ class _LoRAGroup(torch.autograd.Function):
         b_grad = b_grad.float()
         if x_needed:
             x_grad = u_t.t() @ ctx.a if x_grad is None else x_grad.addmm_(u_t.t(), ctx.a)
-        return (None, None, None, x_grad, *(a_grad[cols] for cols in plan.ranks),
+        return (None, None, None, None, x_grad, *(a_grad[cols] for cols in plan.ranks),
                 *(b_grad[rows] for rows in plan.outs),
                 *(grads if plan.bases is None else ()))
+
+    @staticmethod
+    def stacked_backward(ctx, grads: tuple[torch.Tensor | None, ...]):
+        """The forward's stacking, backwards: ``g [W , s B]`` summed over the members is
+        ``[g_x | u]`` in one buffer, where ``u`` is the gradient of ``x A^T``; then
+        ``x``'s gradient is ``g_x + u A`` and the A gradients ``u^T x``."""
+        plan: _Plan = ctx.plan
+        (inputs,) = ctx.saved_tensors
+        width = inputs.shape[1] - ctx.a.shape[0]
+        x, low = inputs[:, :width], inputs[:, width:]
+        summed = None
+        b_grad = x.new_empty(plan.outs[-1].stop, low.shape[1] // len(plan.ranks))
+        for i, grad in enumerate(grads):
+            b_rows = b_grad[plan.outs[i]]
+            if grad is None:  # a member whose output was not used
+                b_rows.zero_()
+                continue
+            grad = grad.to(x.dtype)
+            weight = _stacked(plan, i, ctx.b_t[i])
+            summed = grad @ weight if summed is None else summed.addmm_(grad, weight)
+            del weight
+            torch.addmm(b_rows, grad.t(), low[:, plan.ranks[i]], beta=0,
+                        alpha=plan.scalings[i], out=b_rows)
+        if summed is None:
+            summed = inputs.new_zeros(inputs.shape)
+        u = summed[:, width:]
+        a_grad = (torch.mm(u.t(), x, out_dtype=torch.float32)
+                  if _MM_OUT_DTYPE and x.is_cuda and x.dtype in (torch.bfloat16, torch.float16)
+                  else (u.t() @ x).float())
+        x_grad = None
+        if ctx.needs_input_grad[4]:
+            # Contiguous for the kernels upstream (a norm's backward reads rows densely).
+            x_grad = summed[:, :width].addmm_(u, ctx.a).contiguous()
+        b_grad = b_grad.float()
+        return (None, None, None, None, x_grad, *(a_grad[cols] for cols in plan.ranks),
+                *(b_grad[rows] for rows in plan.outs))
+
+
+def _stacked(plan: _Plan, index: int, b_t: torch.Tensor) -> torch.Tensor:
+    """Member ``index``'s base weight with the LoRA update as more input columns: ``(out,
+    in + sum of ranks)``, ``[W | s B]`` where its own rank's columns hold ``s B`` and the
+    other members' zeros, so that ``[x | x A^T]`` times its transpose is the member's output."""
+    base = plan.bases[index].weight()
+    out, width = base.shape
+    total = plan.ranks[-1].stop
+    weight = base.new_empty(out, width + total)
+    weight[:, :width].copy_(base)
+    if len(plan.ranks) > 1:
+        weight[:, width:].zero_()
+    cols = plan.ranks[index]
+    torch.mul(b_t.t(), plan.scalings[index], out=weight[:, width + cols.start:width + cols.stop])
+    return weight
 
 
 class Group:
@@ -268,7 +361,11 @@ class Group:
             outer, result_dtype = [], plan.dtype
         a, b_t = plan.casts()
         flat = x.reshape(-1, x.shape[-1]).to(plan.dtype)
-        outs = _LoRAGroup.apply(plan, a, b_t, flat, *plan.a_weights, *plan.b_weights, *outer)
+        widths = sum(self.layers[i].out_features for i in members)
+        stack = (plan.stackable and flat.shape[0] * widths >= STACK_MIN_ELEMENTS
+                 and widths >= STACK_MIN_WIDTH_RATIO * flat.shape[1])
+        outs = _LoRAGroup.apply(plan, a, b_t, stack, flat, *plan.a_weights, *plan.b_weights,
+                                *outer)
         return [out.view(*x.shape[:-1], out.shape[-1]).to(result_dtype) for out in outs]
 
     def _plan(self, members: tuple[int, ...], name: str, x: torch.Tensor) -> _Plan:
@@ -280,7 +377,8 @@ class Group:
         return _Plan(a_weights=[layer.lora_A[name].weight for layer in layers],
                      b_weights=[layer.lora_B[name].weight for layer in layers],
                      scalings=[float(layer.scaling[name]) for layer in layers],
-                     bases=bases if None not in bases else None, dtype=dtype)
+                     bases=bases if None not in bases else None, dtype=dtype,
+                     stackable=plain and None not in bases)
 
 
 def plain_adapter(layer: torch.nn.Module) -> str | None:
