@@ -15,7 +15,9 @@ Ours (``draslice.trainer.sft.train``, the loop itself, nothing reimplemented):
 
 - ``default``: ``compile="auto"``, whatever ``speed.choose`` picks (on a GPU at packed rows:
   the body as a CUDA graph, the LoRA groups of ``lora_fused``, Liger's kernels and its fused
-  linear cross-entropy; the loop's ``speed:`` line is recorded);
+  linear cross-entropy; the loop's ``speed:`` line is recorded). A graph that replays is kept
+  even where the loop's timing finds it no faster (``cuda_graph.KEEP_SLOWER``): runs that
+  share a GPU slow each other, and what is compared here is what the graph learns;
 - ``eager``: ``compile="off"`` (no CUDA graph; Liger and the groups stay);
 - ``no-groups``: the default with every LoRA projection computed alone (``lora_fused``'s
   ``group=False``);
@@ -69,7 +71,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -328,8 +330,10 @@ def train_ours(ctx: dict, setting: Setting) -> dict:
     """Our loop at ``setting``: its per-step losses (metrics.jsonl), the lines saying how it
     ran, its initial LoRA digest and its batches."""
     from draslice.trainer.sft import train
+    from draslice.trainer.speed import cuda_graph
 
     use_switches(setting.ours)
+    cuda_graph.KEEP_SLOWER = True  # what the graph learns, even where it is not faster here
     record: dict = {"notes": []}
 
     def log(line: str) -> None:
@@ -510,7 +514,8 @@ def main() -> None:
                         help="where the random-init model and data are kept (shared with "
                              "peer_trainers.py)")
     parser.add_argument("--timeout-s", type=float, default=900, help="per run (child process)")
-    parser.add_argument("--json-out", help="the curves, verdicts and table as JSON")
+    parser.add_argument("--json-out", help="the curves, verdicts and table as JSON (rewritten "
+                        "as each run finishes, marked partial until the end)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="runs at a time on the one device (what is compared is each step's "
                              "loss, not its speed; each run needs its own memory)")
@@ -583,8 +588,12 @@ def run_children(args: argparse.Namespace, inputs: dict, names: list[str]) -> di
                 continue
             pending[name] = pool.submit(one_child, args, inputs, name,
                                         Path(work) / f"{name}.json", env)
-        for name, future in pending.items():
+        for future in as_completed(pending.values()):
+            name = next(n for n, f in pending.items() if f is future)
             runs[name] = future.result()
+            if args.json_out:  # a run stopped later keeps every curve that finished
+                write_json(args.json_out, {"shape": args.shape, "partial": True,
+                                           "runs": dict(runs)})
     return {name: runs[name] for name in [*REFERENCES, *names]}
 
 

@@ -127,6 +127,29 @@ def test_a_failed_or_skipped_run_is_no_pass():
         "runs": runs, **judged}))
 
 
+def test_each_finished_run_is_saved_before_the_others_end(tmp_path, monkeypatch):
+    """A parent stopped while runs are still going keeps the curves of those that finished:
+    the JSON is rewritten, marked partial, as each run ends."""
+    out = tmp_path / "loss_match.json"
+    written = []
+    real_write = lm.write_json
+
+    def write(path, data):
+        real_write(path, data)
+        written.append(sorted(json.loads(out.read_text())["runs"]))
+
+    monkeypatch.setattr(lm, "write_json", write)
+    monkeypatch.setattr(lm, "one_child", lambda args, inputs, name, result, env: {
+        "losses": [1.0, 0.5], "name": name})
+    args = SimpleNamespace(jobs=1, smoke=False, json_out=str(out), shape="smoke")
+    runs = lm.run_children(args, {}, ["eager", "tiled"])
+    assert list(runs) == ["hf", "hf-other-seed", "eager", "tiled"]
+    assert [len(names) for names in written] == [1, 2, 3, 4]
+    assert all(set(a) <= set(b) for a, b in zip(written, written[1:], strict=False))
+    saved = json.loads(out.read_text())
+    assert saved["partial"] is True and sorted(saved["runs"]) == sorted(runs)
+
+
 @pytest.mark.slow  # a process that imports torch and transformers: seconds
 def test_bad_input_is_one_line():
     done = subprocess.run([sys.executable, str(SCRIPT), "--settings", "eager,turbo", "--smoke"],

@@ -164,6 +164,24 @@ def test_a_graph_slower_than_eager_is_dropped(body, monkeypatch):
     assert not replays and len(capture.calls) == 1
 
 
+def test_keep_slower_keeps_a_slower_graph_for_a_benchmark_that_checks_what_it_learns(
+        body, monkeypatch):
+    """``KEEP_SLOWER`` (loss_match.py's runs share a GPU): the same slower graph is kept."""
+    import torch
+
+    from draslice.trainer.speed import cuda_graph
+
+    model, lines, _forwards = body
+    model.pass_seconds.update(eager=0.040, graphed=0.046)
+    monkeypatch.setattr(cuda_graph, "KEEP_SLOWER", True)
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", _Capture(0))
+    ids = torch.randint(0, 64, (2, 8))
+    model(input_ids=ids)
+    graphed = model.forward
+    assert not graphed.failed and graphed.shape is not None
+    assert not any("not faster" in line for line in lines)
+
+
 def test_a_graph_whose_replay_fails_is_dropped(body, monkeypatch):
     """A replay that raises while it is timed leaves the run eager with one line, not a
     crashed run."""

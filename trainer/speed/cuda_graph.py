@@ -21,6 +21,10 @@ WARMUP_ITERS = 3
 """Forward-backward passes before a CUDA graph capture (``make_graphed_callables``' own count)."""
 TIMED_REPLAYS = 2
 """Replays of a captured graph timed against the eager warm-up (``GraphedBody._keep_if_faster``)."""
+KEEP_SLOWER = False
+"""Keep a graph that replays but is not faster than eager. Off in every run of the loop; a
+benchmark that checks what the graph learns rather than its speed (``loss_match.py``, whose
+runs share one GPU and time each other's load) turns it on."""
 
 
 class HiddenStates(torch.nn.Module):
@@ -155,7 +159,7 @@ class GraphedBody:
             graphed, why = float("inf"), _said(err)
         else:
             why = ""
-        if graphed < self.eager_pass_s:
+        if graphed < self.eager_pass_s or (KEEP_SLOWER and not why):
             self.shape = sample.shape
             return
         # the graphed forward make_graphed_callables set, and with it the graph and its pool
