@@ -7,9 +7,9 @@ GPU host without network). The steps, in this order: the environment's facts (GP
 library versions), the checked bf16 matmul peak (every MFU after it is against that figure),
 ``compare_trainers.py`` on the seed config and on the GPT-2-124M shape, ``fit_slice.py``'s
 1.5B LoRA and 7B QLoRA cases, ``peer_trainers.py`` on every shape and cap of the peer tables,
-the 8B QLoRA shape, the long-sequence search, a 200-step run, ``loss_match.py`` (our loss
-curve against HF Trainer's at every speed setting), ``advise_time.py``, ``loss_chunk.py`` and
-``sm_cap.py``.
+the 8B QLoRA shape, the long-sequence search, the stacked LoRA update against the epilogue
+one, a 200-step run, ``loss_match.py`` (our loss curve against HF Trainer's at every speed
+setting), ``advise_time.py``, ``loss_chunk.py`` and ``sm_cap.py``.
 
 After every step ``DIR/summary.json`` is rewritten (atomically) and ``DIR/results.md``
 regenerated from what finished, so a run stopped early keeps every figure it made;
@@ -115,6 +115,9 @@ STEPS = (
            "--seqs", "4096,8192,16384,32768", "--warmup", "2", "--steps", "3"),
     _peers("long_1.5b_2g.12gb", "qwen2.5-1.5b", 2048, "2g.12gb", "ours-offload,ours-tiled,unsloth",
            "--seqs", "4096,8192,16384,32768,65536", "--warmup", "2", "--steps", "3"),
+    # What stacking the LoRA update into gate/up's base matmul is worth (lora_fused).
+    _peers("stack_1.5b", "qwen2.5-1.5b", 2048, "1g.6gb,none", "ours-offload,ours-offload-epilogue",
+           "--fit-max", "8", "--batch", "4"),
     # A 200-step run as a user starts it: the first loss line and the whole process.
     _peers("short_0.5b_1g.6gb", "qwen2.5-0.5b", 1024, "1g.6gb", "ours-offload,unsloth",
            "--fit-max", "16", "--warmup", "3", "--steps", "197"),
