@@ -586,11 +586,10 @@ def run_children(args: argparse.Namespace, inputs: dict, names: list[str]) -> di
                 print(f"[{name}] skipped: {skip}", flush=True)
                 runs[name] = {"skipped": skip}
                 continue
-            pending[name] = pool.submit(one_child, args, inputs, name,
-                                        Path(work) / f"{name}.json", env)
-        for future in as_completed(pending.values()):
-            name = next(n for n, f in pending.items() if f is future)
-            runs[name] = future.result()
+            pending[pool.submit(one_child, args, inputs, name,
+                                Path(work) / f"{name}.json", env)] = name
+        for future in as_completed(pending):
+            runs[pending[future]] = future.result()
             if args.json_out:  # a run stopped later keeps every curve that finished
                 write_json(args.json_out, {"shape": args.shape, "partial": True,
                                            "runs": dict(runs)})

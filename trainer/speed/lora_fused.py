@@ -97,8 +97,9 @@ class _Plan:
     None when each member's base output is an input (base layers of other kinds)."""
     dtype: torch.dtype
     stackable: bool = False
-    """Every base is a plain ``nn.Linear`` inside the call, so a large call may stack the
-    inner dimension (:func:`_stacked`); a 4-bit base is dequantised for each use instead."""
+    """Every base is a plain ``nn.Linear`` inside the call (a 4-bit base is dequantised for each
+    use instead) and the members' outputs are :data:`STACK_MIN_WIDTH_RATIO` times as wide as
+    their input, so a large call stacks the inner dimension (:func:`_stacked`)."""
     ranks: list[slice] = field(init=False)
     """Each member's columns of ``x A^T`` (its rows of ``a``)."""
     outs: list[slice] = field(init=False)
@@ -244,12 +245,7 @@ class _LoRAGroup(torch.autograd.Function):
                 weight = plan.bases[i].weight()
                 x_grad = grad @ weight if x_grad is None else x_grad.addmm_(grad, weight)
                 del weight  # a dequantised 4-bit weight: gone before the next one is made
-        # On CUDA the A gradients' matmul writes fp32 itself (its accumulator is fp32): one
-        # cast a call fewer. (The B gradients' addmm keeps its cast: torch's CUDA addmm with
-        # out_dtype, as read in its source, checks that the sum's ``self`` has the inputs' dtype.)
-        a_grad = (torch.mm(u_t, x, out_dtype=torch.float32)
-                  if _MM_OUT_DTYPE and x.is_cuda and x.dtype in (torch.bfloat16, torch.float16)
-                  else (u_t @ x).float())
+        a_grad = _mm_fp32(u_t, x)
         b_grad = b_grad.float()
         if x_needed:
             x_grad = u_t.t() @ ctx.a if x_grad is None else x_grad.addmm_(u_t.t(), ctx.a)
@@ -282,9 +278,7 @@ class _LoRAGroup(torch.autograd.Function):
         if summed is None:
             summed = inputs.new_zeros(inputs.shape)
         u = summed[:, width:]
-        a_grad = (torch.mm(u.t(), x, out_dtype=torch.float32)
-                  if _MM_OUT_DTYPE and x.is_cuda and x.dtype in (torch.bfloat16, torch.float16)
-                  else (u.t() @ x).float())
+        a_grad = _mm_fp32(u.t(), x)
         x_grad = None
         if ctx.needs_input_grad[4]:
             # Contiguous for the kernels upstream (a norm's backward reads rows densely).
@@ -292,6 +286,17 @@ class _LoRAGroup(torch.autograd.Function):
         b_grad = b_grad.float()
         return (None, None, None, None, x_grad, *(a_grad[cols] for cols in plan.ranks),
                 *(b_grad[rows] for rows in plan.outs))
+
+
+def _mm_fp32(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """``left @ right`` in fp32, for the A gradients. On CUDA the matmul writes fp32 itself
+    (its accumulator is fp32): one cast a call fewer. (The B gradients' addmm keeps its cast:
+    torch's CUDA addmm with out_dtype, as read in its source, checks that the sum's ``self``
+    has the inputs' dtype.)"""
+    if (_MM_OUT_DTYPE and left.is_cuda
+            and left.dtype in (torch.bfloat16, torch.float16)):
+        return torch.mm(left, right, out_dtype=torch.float32)
+    return (left @ right).float()
 
 
 def _stacked(plan: _Plan, index: int, b_t: torch.Tensor) -> torch.Tensor:
@@ -363,9 +368,7 @@ class Group:
             outer, result_dtype = [], plan.dtype
         a, b_t = plan.casts()
         flat = x.reshape(-1, x.shape[-1]).to(plan.dtype)
-        widths = sum(self.layers[i].out_features for i in members)
-        stack = (plan.stackable and flat.shape[0] * widths >= STACK_MIN_ELEMENTS
-                 and widths >= STACK_MIN_WIDTH_RATIO * flat.shape[1])
+        stack = plan.stackable and flat.shape[0] * plan.outs[-1].stop >= STACK_MIN_ELEMENTS
         outs = _LoRAGroup.apply(plan, a, b_t, stack, flat, *plan.a_weights, *plan.b_weights,
                                 *outer)
         return [out.view(*x.shape[:-1], out.shape[-1]).to(result_dtype) for out in outs]
@@ -380,7 +383,9 @@ class Group:
                      b_weights=[layer.lora_B[name].weight for layer in layers],
                      scalings=[float(layer.scaling[name]) for layer in layers],
                      bases=bases if None not in bases else None, dtype=dtype,
-                     stackable=plain and None not in bases)
+                     stackable=plain and None not in bases and sum(
+                         layer.out_features for layer in layers
+                     ) >= STACK_MIN_WIDTH_RATIO * layers[0].in_features)
 
 
 def plain_adapter(layer: torch.nn.Module) -> str | None:
